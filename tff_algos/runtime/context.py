@@ -1,0 +1,203 @@
+"""TFF execution contexts whose worker processes cannot outlive us.
+
+TFF 0.87's default context starts `tensorflow_federated/data/worker_binary` lazily
+and tries to stop it in `__del__` at interpreter exit, which fails (the
+`subprocess` module is already torn down), orphaning the worker. Here the worker
+is started eagerly by us, and stopped on every way out:
+
+* `close()` / the context manager / `atexit` on normal exit and exceptions;
+* SIGINT and SIGTERM handlers that stop the workers, then re-raise the
+  default behaviour (KeyboardInterrupt / exit status 143);
+* on Linux, `PR_SET_PDEATHSIG` so the kernel sends SIGTERM to the worker when
+  the thread that started it dies, even on SIGKILL of our process.
+
+The executor stack is TFF's own (`RemoteExecutor` over a gRPC stub, in a
+`ResourceManagingExecutorFactory`, compiled by the native compiler), i.e. the
+same as `tff.backends.native.create_sync_local_cpp_execution_context`.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from typing import Optional
+
+import grpc
+import portpicker
+import tensorflow_federated as tff
+from tensorflow_federated.python.core.backends.native import compiler as native_compiler
+from tensorflow_federated.python.core.environments.tensorflow_frontend import tensorflow_computation
+from tensorflow_federated.python.core.impl.context_stack import context_stack_impl
+from tensorflow_federated.python.core.impl.execution_contexts import sync_execution_context
+from tensorflow_federated.python.core.impl.executor_stacks import python_executor_stacks
+from tensorflow_federated.python.core.impl.executors import remote_executor
+from tensorflow_federated.python.core.impl.executors import remote_executor_grpc_stub
+
+WORKER_BINARY = os.path.join(os.path.dirname(tff.__file__), 'data', 'worker_binary')
+
+_GRPC_OPTIONS = [
+    ('grpc.max_message_length', 2_000_000_000),
+    ('grpc.max_receive_message_length', 2_000_000_000),
+    ('grpc.max_send_message_length', 2_000_000_000),
+]
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent():  # runs in the child between fork and exec
+  try:
+    ctypes.CDLL('libc.so.6', use_errno=True).prctl(
+        _PR_SET_PDEATHSIG, signal.SIGTERM)
+  except OSError:
+    pass
+
+
+class Worker:
+  """One local `worker_binary` process serving TFF's executor protocol."""
+
+  def __init__(self, max_concurrent_computation_calls: int = -1,
+               port: Optional[int] = None, startup_timeout_s: float = 60.0):
+    if not os.path.isfile(WORKER_BINARY):
+      raise RuntimeError(f'TFF worker binary not found at {WORKER_BINARY}')
+    self.port = port or portpicker.pick_unused_port()
+    self.process = subprocess.Popen(
+        [WORKER_BINARY, f'--port={self.port}',
+         f'--max_concurrent_computation_calls={max_concurrent_computation_calls}'],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+        preexec_fn=_die_with_parent if sys.platform.startswith('linux') else None)
+    self.address = f'localhost:{self.port}'
+    stub = remote_executor_grpc_stub.RemoteExecutorGrpcStub(
+        grpc.insecure_channel(self.address, _GRPC_OPTIONS))
+    deadline = time.monotonic() + startup_timeout_s
+    while not stub.is_ready:
+      if self.process.poll() is not None:
+        raise RuntimeError(f'TFF worker exited with {self.process.returncode}')
+      if time.monotonic() > deadline:
+        self.stop()
+        raise RuntimeError(f'TFF worker on {self.address} did not start')
+      time.sleep(0.05)
+
+  @property
+  def pid(self) -> int:
+    return self.process.pid
+
+  def stop(self, timeout_s: float = 10.0):
+    if self.process.poll() is not None:
+      return
+    self.process.send_signal(signal.SIGINT)
+    try:
+      self.process.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+      self.process.kill()
+      self.process.wait()
+
+
+def _stack_factory(address: str):
+  """TFF's executor stack: a `RemoteExecutor` on the worker at `address`."""
+  stub = remote_executor_grpc_stub.RemoteExecutorGrpcStub(
+      grpc.insecure_channel(address, _GRPC_OPTIONS))
+
+  def stack_fn(cardinalities):
+    if cardinalities.get(tff.CLIENTS) is None:
+      cardinalities[tff.CLIENTS] = 0
+    ex = remote_executor.RemoteExecutor(stub)
+    ex.set_cardinalities(cardinalities)
+    return ex
+
+  return python_executor_stacks.ResourceManagingExecutorFactory(
+      executor_stack_fn=stack_fn)
+
+
+class ManagedContext:
+  """A sync TFF execution context backed by workers this object owns."""
+
+  def __init__(self, max_concurrent_computation_calls: int = -1):
+    self.workers = [Worker(max_concurrent_computation_calls)]
+    self.context = sync_execution_context.SyncExecutionContext(
+        executor_fn=_stack_factory(self.workers[0].address),
+        compiler_fn=native_compiler.desugar_and_transform_to_native,
+        transform_args=tensorflow_computation.transform_args,
+        transform_result=tensorflow_computation.transform_result)
+    self._closed = False
+
+  @property
+  def pids(self) -> list[int]:
+    return [w.pid for w in self.workers]
+
+  def close(self):
+    if self._closed:
+      return
+    self._closed = True
+    for w in self.workers:
+      w.stop()
+
+
+_lock = threading.Lock()
+_active: Optional[ManagedContext] = None
+_previous_handlers: dict[int, object] = {}
+
+
+def _shutdown():
+  global _active
+  with _lock:
+    ctx, _active = _active, None
+  if ctx is not None:
+    ctx.close()
+
+
+def _on_signal(signum, frame):
+  _shutdown()
+  previous = _previous_handlers.get(signum)
+  if callable(previous):
+    previous(signum, frame)
+  elif signum == signal.SIGINT:
+    raise KeyboardInterrupt
+  else:
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
+
+
+def _install_handlers():
+  if threading.current_thread() is not threading.main_thread():
+    return
+  for sig in (signal.SIGINT, signal.SIGTERM):
+    current = signal.getsignal(sig)
+    if current is not _on_signal:
+      _previous_handlers[sig] = current if current not in (
+          signal.SIG_DFL, signal.SIG_IGN, signal.default_int_handler) else None
+      signal.signal(sig, _on_signal)
+
+
+atexit.register(_shutdown)
+
+
+def install(max_concurrent_computation_calls: int = -1) -> ManagedContext:
+  """Makes a managed local C++ context TFF's default; idempotent."""
+  global _active
+  with _lock:
+    if _active is None:
+      _active = ManagedContext(max_concurrent_computation_calls)
+      context_stack_impl.context_stack.set_default_context(_active.context)
+    ctx = _active
+  _install_handlers()
+  return ctx
+
+
+def shutdown():
+  """Stops the managed workers (a later `install()` starts fresh ones)."""
+  _shutdown()
+
+
+@contextlib.contextmanager
+def managed_context(max_concurrent_computation_calls: int = -1):
+  ctx = install(max_concurrent_computation_calls)
+  try:
+    yield ctx
+  finally:
+    shutdown()

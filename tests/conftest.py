@@ -1,0 +1,48 @@
+"""Test-suite wide TFF runtime: one managed worker, checked dead at the end."""
+
+import os
+import time
+
+import psutil
+import pytest
+
+os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+
+from tff_algos import runtime  # noqa: E402
+
+
+def worker_pids_of(pid: int) -> list[int]:
+  """worker_binary processes that are children of `pid` (alive ones)."""
+  try:
+    children = psutil.Process(pid).children(recursive=True)
+  except psutil.NoSuchProcess:
+    return []
+  return [c.pid for c in children if 'worker_binary' in ' '.join(_cmdline(c))]
+
+
+def _cmdline(p):
+  try:
+    return p.cmdline()
+  except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+    return []
+
+
+def wait_dead(pids, timeout_s=10.0) -> list[int]:
+  """Returns the pids still alive (not zombies) after waiting up to `timeout_s`."""
+  deadline = time.monotonic() + timeout_s
+  alive = list(pids)
+  while alive and time.monotonic() < deadline:
+    alive = [p for p in alive if psutil.pid_exists(p) and
+             psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+    if alive:
+      time.sleep(0.1)
+  return alive
+
+
+@pytest.fixture(scope='session', autouse=True)
+def tff_context():
+  ctx = runtime.install()
+  pids = list(ctx.pids)
+  yield ctx
+  runtime.shutdown()
+  assert wait_dead(pids) == [], 'the test session leaked TFF worker processes'

@@ -1,0 +1,199 @@
+"""FedOpt against TFF's built-ins and against the optimiser formulas."""
+
+import collections
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tasks import TaskOptions, get_task
+from tff_algos import fedopt
+from tff_algos.core import optimizers
+
+NUM_CLIENTS = 4
+
+
+@pytest.fixture(scope='module')
+def task():
+  return get_task('digits', TaskOptions(batch_size=16, num_clients=20, model='logistic'))
+
+
+@pytest.fixture(scope='module')
+def client_data(task):
+  # Fixed, unshuffled datasets: identical input for both implementations.
+  return [task.client_dataset(cid) for cid in task.client_ids[:NUM_CLIENTS]]
+
+
+@pytest.fixture(scope='module')
+def init_weights(task):
+  tf.random.set_seed(1)
+  model = task.model_fn()
+  return tff.learning.models.ModelWeights(
+      trainable=[v.numpy() for v in model.trainable_variables],
+      non_trainable=[v.numpy() for v in model.non_trainable_variables])
+
+
+def run_rounds(process, init_weights, data, rounds):
+  state = process.set_model_weights(process.initialize(), init_weights)
+  outputs = []
+  for _ in range(rounds):
+    out = process.next(state, data)
+    state = out.state
+    outputs.append(out)
+  return state, outputs
+
+
+def trainable(process, state):
+  return [np.asarray(w) for w in process.get_model_weights(state).trainable]
+
+
+def assert_close(a, b, atol):
+  assert len(a) == len(b)
+  for x, y in zip(a, b):
+    np.testing.assert_allclose(x, y, rtol=0, atol=atol)
+
+
+@pytest.mark.parametrize('server', ['sgd', 'adam'])
+def test_fedavg_matches_tff_build_weighted_fed_avg(task, client_data, init_weights, server):
+  server_spec = optimizers.OptimizerSpec(server, 1.0 if server == 'sgd' else 0.01)
+  ours = fedopt.build_fedopt(task.model_fn, fedopt.FedOptConfig(
+      client_optimizer=optimizers.OptimizerSpec('sgd', 0.1),
+      server_optimizer=server_spec, epochs=1))
+  theirs = tff.learning.algorithms.build_weighted_fed_avg(
+      task.model_fn, client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1),
+      server_optimizer_fn=server_spec.build())
+  s1, out1 = run_rounds(ours.process, init_weights, client_data, 3)
+  s2, out2 = run_rounds(theirs, init_weights, client_data, 3)
+  w1, w2 = trainable(ours.process, s1), trainable(theirs, s2)
+  assert_close(w1, w2, 1e-5)
+  # Training moved the model (the comparison is not between two no-ops).
+  assert max(np.abs(a - b).max() for a, b in zip(w1, init_weights.trainable)) > 1e-2
+  m1 = out1[-1].metrics['client_work']['train']
+  m2 = out2[-1].metrics['client_work']['train']
+  assert m1['num_examples'] == m2['num_examples']
+  np.testing.assert_allclose(m1['loss'], m2['loss'], rtol=1e-5)
+
+
+def test_fedsgd_matches_tff_build_fed_sgd(task, init_weights):
+  # build_fed_sgd uses each client's whole dataset as the gradient batch; ours
+  # takes one minibatch step, so give each client exactly one batch.
+  data = [task.client_dataset(cid).unbatch().batch(1000)
+          for cid in task.client_ids[:NUM_CLIENTS]]
+  server = optimizers.OptimizerSpec('sgd', 0.5)
+  ours = fedopt.build_fedsgd(task.model_fn, server)
+  theirs = tff.learning.algorithms.build_fed_sgd(task.model_fn,
+                                                 server_optimizer_fn=server.build())
+  s1, out1 = run_rounds(ours.process, init_weights, data, 3)
+  s2, _ = run_rounds(theirs, init_weights, data, 3)
+  assert_close(trainable(ours.process, s1), trainable(theirs, s2), 1e-5)
+  assert out1[-1].metrics['client_work']['client_steps'] == NUM_CLIENTS
+
+
+def _pseudo_gradient(task, init_weights, data):
+  """q_1 = weighted mean client delta, read off one FedAvg round with eta = 1."""
+  sgd = fedopt.build_fedopt(task.model_fn, fedopt.FedOptConfig(
+      client_optimizer=optimizers.OptimizerSpec('sgd', 0.1), local_steps=3))
+  state, _ = run_rounds(sgd.process, init_weights, data, 2)
+  return sgd, state
+
+
+def _server_rounds(task, init_weights, data, spec, rounds):
+  alg = fedopt.build_fedopt(task.model_fn, fedopt.FedOptConfig(
+      client_optimizer=optimizers.OptimizerSpec('sgd', 0.1), local_steps=3,
+      server_optimizer=spec))
+  state, _ = run_rounds(alg.process, init_weights, data, rounds)
+  return trainable(alg.process, state)
+
+
+@pytest.mark.parametrize('name', ['adam', 'yogi'])
+def test_adaptive_server_steps_match_formulas(task, client_data, init_weights, name):
+  """Two rounds of FedAdam / FedYogi against the update rules in numpy.
+
+  Round 1's pseudo-gradient q_1 comes from a FedAvg round (same clients, same
+  x_0); round 2's q_2 from a FedAvg round started at the adaptive x_1.
+  """
+  spec = optimizers.OptimizerSpec(name, 0.03)
+  b1, b2, eps = spec.get('beta_1'), spec.get('beta_2'), spec.get('epsilon')
+  sgd = fedopt.build_fedopt(task.model_fn, fedopt.FedOptConfig(
+      client_optimizer=optimizers.OptimizerSpec('sgd', 0.1), local_steps=3))
+
+  def q_at(weights):
+    state, _ = run_rounds(sgd.process, weights, client_data, 1)
+    return [a - b for a, b in zip(weights.trainable, trainable(sgd.process, state))]
+
+  x = [w.astype(np.float64) for w in init_weights.trainable]
+  m = [np.zeros_like(w) for w in x]
+  v = [np.full_like(w, spec.get('initial_accumulator') or 0.0) for w in x]
+  for t in (1, 2):
+    q = q_at(tff.learning.models.ModelWeights(
+        trainable=[w.astype(np.float32) for w in x], non_trainable=[]))
+    lr_t = spec.learning_rate * np.sqrt(1 - b2 ** t) / (1 - b1 ** t)
+    for i, g in enumerate(q):
+      g = g.astype(np.float64)
+      m[i] = b1 * m[i] + (1 - b1) * g
+      if name == 'adam':
+        v[i] = b2 * v[i] + (1 - b2) * g ** 2
+      else:  # Yogi: v <- v - (1 - b2) g^2 sign(v - g^2)
+        v[i] = v[i] - (1 - b2) * g ** 2 * np.sign(v[i] - g ** 2)
+      x[i] = x[i] - lr_t * m[i] / (np.sqrt(v[i]) + eps)
+  got = _server_rounds(task, init_weights, client_data, spec, 2)
+  assert_close(got, x, 2e-5)
+
+
+def test_decay_schedules_reach_clients(task, client_data, init_weights):
+  config = fedopt.FedOptConfig(
+      client_optimizer=optimizers.OptimizerSpec('sgd', 0.1), local_steps=4,
+      local_steps_decay=0.5, client_lr_decay=0.9,
+      server_optimizer=optimizers.OptimizerSpec('sgd', 1.0), server_lr_decay=0.8)
+  alg = fedopt.build_fedopt(task.model_fn, config)
+  state, outs = run_rounds(alg.process, init_weights, client_data, 4)
+  cw = [o.metrics['client_work'] for o in outs]
+  assert [int(c['local_steps']) for c in cw] == [4, 2, 1, 1]
+  assert [int(c['client_steps']) for c in cw] == [4 * NUM_CLIENTS, 2 * NUM_CLIENTS,
+                                                  NUM_CLIENTS, NUM_CLIENTS]
+  np.testing.assert_allclose([c['client_learning_rate'] for c in cw],
+                             [0.1 * 0.9 ** t for t in range(4)], rtol=1e-6)
+  finalizer = state.finalizer
+  np.testing.assert_allclose(finalizer['optimizer']['learning_rate'], 0.8 ** 4, rtol=1e-6)
+
+
+def test_server_lr_schedule_applies_eta_t(task, client_data, init_weights):
+  """With d_eta, round t's step is eta_0 d^t times the pseudo-gradient."""
+  base = fedopt.FedOptConfig(client_optimizer=optimizers.OptimizerSpec('sgd', 0.1),
+                             local_steps=2)
+  plain = fedopt.build_fedopt(task.model_fn, base)
+  decayed = fedopt.build_fedopt(task.model_fn, fedopt.FedOptConfig(
+      client_optimizer=base.client_optimizer, local_steps=2, server_lr_decay=0.5))
+  # Round 0 has eta_0 = 1 for both; round 1 of `decayed` uses eta = 0.5.
+  s_plain, _ = run_rounds(plain.process, init_weights, client_data, 1)
+  x1 = tff.learning.models.ModelWeights(trainable=trainable(plain.process, s_plain),
+                                        non_trainable=[])
+  s_plain2, _ = run_rounds(plain.process, x1, client_data, 1)
+  q2 = [a - b for a, b in zip(x1.trainable, trainable(plain.process, s_plain2))]
+  s_dec, _ = run_rounds(decayed.process, init_weights, client_data, 2)
+  expected = [a - 0.5 * q for a, q in zip(x1.trainable, q2)]
+  assert_close(trainable(decayed.process, s_dec), expected, 1e-5)
+
+
+def test_non_finite_update_leaves_server_state_unchanged(task, client_data, init_weights):
+  alg = fedopt.build_fedopt(task.model_fn, fedopt.FedOptConfig(
+      client_optimizer=optimizers.OptimizerSpec('sgd', 1e38), local_steps=5,
+      server_optimizer=optimizers.OptimizerSpec('adam', 0.01)))
+  state0 = alg.process.set_model_weights(alg.process.initialize(), init_weights)
+  out = alg.process.next(state0, client_data)
+  cw = out.metrics['client_work']
+  assert cw['non_finite_clients'] == NUM_CLIENTS
+  assert out.metrics['finalizer']['update_non_finite'] == 1
+  assert_close(trainable(alg.process, out.state), init_weights.trainable, 0.0)
+  for a, b in zip(tf.nest.flatten(out.state.finalizer), tf.nest.flatten(state0.finalizer)):
+    np.testing.assert_array_equal(a, b)
+
+
+def test_traffic_counts_model_and_broadcast(task):
+  alg = fedopt.build_fedopt(task.model_fn, fedopt.FedOptConfig(local_steps=2))
+  n_params = 64 * 10 + 10
+  assert alg.traffic.model_bytes == 4 * n_params
+  # Down: weights + (gamma_t, K_t, E); up: update + weight + metrics + counters.
+  assert alg.traffic.download_bytes == 4 * n_params + 3 * 4
+  assert 1.0 < alg.traffic.upload_models < 1.1

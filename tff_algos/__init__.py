@@ -1,0 +1,1 @@
+"""Federated-optimisation algorithms as TFF learning processes."""

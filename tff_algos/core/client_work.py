@@ -1,0 +1,178 @@
+"""A `tff.learning.templates.ClientWorkProcess` around the shared local loop.
+
+Its server state is the round number t. Each round the server computes the
+round's client hyperparameters from t (gamma_t, K_t: `schedules`), broadcasts
+them with the model, and every client runs `local_training.run_local_training`.
+What a client sends back is chosen by the algorithm through `ClientOutputFn`
+(the FedAvg delta, a Theta-weighted gradient sum, ...), so algorithms that
+differ only in that choice share this whole process.
+
+Measurements per round: the model's training metrics (TFF's
+`sum_then_finalize`), `client_steps` (total local steps taken this round),
+`client_learning_rate`, `local_steps` (K_t), `non_finite_clients`.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+from typing import Any, Callable, NamedTuple, Optional
+
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tff_algos.core import local_training
+from tff_algos.core import schedules
+
+# (outcome, hparams) -> the update a client uploads (structure of trainable weights).
+ClientOutputFn = Callable[[local_training.LocalOutcome, Any], Any]
+
+
+def model_delta(outcome: local_training.LocalOutcome, hparams) -> Any:
+  del hparams
+  return outcome.delta
+
+
+@dataclasses.dataclass(frozen=True)
+class ClientSchedule:
+  """gamma_t and either K_t local steps or E epochs per round."""
+
+  learning_rate: schedules.ExponentialDecay
+  local_steps: Optional[schedules.LocalSteps] = None  # None: epochs mode
+  epochs: int = 1
+
+  def __post_init__(self):
+    if self.local_steps is None and self.epochs < 1:
+      raise ValueError(f'client epochs must be >= 1, got {self.epochs}')
+
+  def hparams(self, round_num):
+    """The round's broadcast hyperparameters (works on tensors and ints)."""
+    if self.local_steps is None:
+      num_steps, num_epochs = -1, self.epochs
+    else:
+      num_steps, num_epochs = self.local_steps(round_num), -1
+    return collections.OrderedDict(
+        learning_rate=self.learning_rate(round_num),
+        num_steps=tf.cast(num_steps, tf.int32) if isinstance(
+            round_num, tf.Tensor) else num_steps,
+        num_epochs=tf.constant(num_epochs, tf.int32) if isinstance(
+            round_num, tf.Tensor) else num_epochs)
+
+
+class ClientWork(NamedTuple):
+  """The process, and the per-client computation it maps (for accounting:
+  its parameter is what a client downloads, its result what it uploads)."""
+  process: tff.learning.templates.ClientWorkProcess
+  client_computation: tff.Computation
+
+
+def weights_type_of(model_fn) -> tff.Type:
+  with tf.Graph().as_default():
+    model = model_fn()
+  return tff.learning.models.weights_type_from_model(model)
+
+
+def build_client_work(
+    model_fn: Callable[[], tff.learning.models.VariableModel],
+    client_optimizer: tff.learning.optimizers.Optimizer,
+    schedule: ClientSchedule,
+    *,
+    client_weighting: tff.learning.ClientWeighting = (
+        tff.learning.ClientWeighting.NUM_EXAMPLES),
+    output_fn: ClientOutputFn = model_delta,
+    step_weights: Optional[tf.Tensor] = None,
+) -> ClientWork:
+  """Client work running the shared local loop under a round schedule.
+
+  Args:
+    model_fn: no-arg callable returning a fresh `VariableModel`.
+    client_optimizer: `tff.learning.optimizers.Optimizer` run on clients; its
+      learning rate is replaced each round by gamma_t.
+    schedule: the round schedule of gamma and K (or epochs).
+    client_weighting: NUM_EXAMPLES (examples processed) or UNIFORM.
+    output_fn: picks the uploaded update from the loop's outcome.
+    step_weights: Theta for the loop's weighted gradient sum (None: not kept).
+  """
+  with tf.Graph().as_default():
+    whimsy = model_fn()
+    metrics_aggregation_fn = tff.learning.metrics.sum_then_finalize(
+        whimsy.metric_finalizers())
+  weights_type = tff.learning.models.weights_type_from_model(whimsy)
+  data_type = tff.SequenceType(tff.types.tensorflow_to_type(whimsy.input_spec))
+  base_hparams = client_optimizer.get_hparams(
+      client_optimizer.initialize(tf.TensorSpec((), tf.float32)))
+
+  @tff.tensorflow.computation
+  def initial_state():
+    return collections.OrderedDict(round_num=tf.constant(0, tf.int32))
+
+  state_type = initial_state.type_signature.result
+
+  @tff.tensorflow.computation(state_type)
+  def round_hparams(state):
+    return schedule.hparams(state['round_num'])
+
+  @tff.tensorflow.computation(state_type)
+  def next_state(state):
+    return collections.OrderedDict(round_num=state['round_num'] + 1)
+
+  hparams_type = round_hparams.type_signature.result
+
+  @tff.tensorflow.computation(hparams_type, weights_type, data_type)
+  def client_update(hparams, initial_weights, dataset):
+    model = model_fn()
+    theta = (None if step_weights is None
+             else tf.constant(step_weights, tf.float32))
+
+    @tf.function
+    def train(hparams, initial_weights, dataset):
+      opt_hparams = collections.OrderedDict(base_hparams)
+      opt_hparams[tff.learning.optimizers.LEARNING_RATE_KEY] = tf.cast(
+          hparams['learning_rate'], tf.float32)
+      outcome = local_training.run_local_training(
+          model, client_optimizer, opt_hparams, initial_weights, dataset,
+          hparams['num_steps'], hparams['num_epochs'], step_weights=theta)
+      update = output_fn(outcome, hparams)
+      finite = tf.logical_and(outcome.finite, local_training.all_finite(update))
+      if finite:
+        weight = (tf.cast(outcome.num_examples, tf.float32)
+                  if client_weighting == tff.learning.ClientWeighting.NUM_EXAMPLES
+                  else tf.constant(1.0))
+      else:
+        # A diverged client contributes nothing (TFF's convention): its update
+        # is zeroed, its weight is 0, and its metrics are dropped.
+        update = tf.nest.map_structure(tf.zeros_like, update)
+        weight = tf.constant(0.0)
+        model.reset_metrics()
+      stats = collections.OrderedDict(
+          num_steps=outcome.num_steps,
+          non_finite=tf.cast(tf.logical_not(finite), tf.int32))
+      return (tff.learning.templates.ClientResult(update=update, update_weight=weight),
+              model.report_local_unfinalized_metrics(), stats)
+
+    return train(hparams, initial_weights, dataset)
+
+  @tff.federated_computation
+  def init_fn():
+    return tff.federated_eval(initial_state, tff.SERVER)
+
+  @tff.federated_computation(
+      init_fn.type_signature.result,
+      tff.FederatedType(weights_type, tff.CLIENTS),
+      tff.FederatedType(data_type, tff.CLIENTS))
+  def next_fn(state, weights, client_data):
+    hparams = tff.federated_map(round_hparams, state)
+    result, model_metrics, stats = tff.federated_map(
+        client_update, (tff.federated_broadcast(hparams), weights, client_data))
+    totals = tff.federated_sum(stats)
+    measurements = tff.federated_zip(collections.OrderedDict(
+        train=metrics_aggregation_fn(model_metrics),
+        client_steps=totals.num_steps,
+        non_finite_clients=totals.non_finite,
+        client_learning_rate=hparams.learning_rate,
+        local_steps=hparams.num_steps))
+    return tff.templates.MeasuredProcessOutput(
+        tff.federated_map(next_state, state), result, measurements)
+
+  return ClientWork(tff.learning.templates.ClientWorkProcess(init_fn, next_fn),
+                    client_update)

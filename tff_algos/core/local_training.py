@@ -1,0 +1,138 @@
+"""The client loop, written once for every algorithm.
+
+From the broadcast weights x_t a client runs, on its batched dataset,
+`num_steps` optimiser steps (the dataset is repeated as needed: the K-steps
+regime of papers 000/002/004) or `num_epochs` passes (set `num_steps = -1`):
+
+    y_0 = x_t;  for k = 1..K:  g_k = grad f(y_{k-1}; batch_k) [+ correction(y_{k-1})]
+                               y_k = ClientOpt(y_{k-1}, g_k)
+
+and reports what the algorithms of this library are built from:
+
+* `delta`       x_t - y_K (the FedAvg pseudo-gradient);
+* `grad_sum`    sum_k theta_k g_k of the RAW minibatch gradients, for a step
+                weight vector Theta (LocalUpdate, paper 002), if asked for;
+* `num_examples`, `num_steps` counts, and the model's metric state.
+
+Algorithms change the local objective through `correction_fn(weights, grads)`
+(e.g. a proximal or control-variate term) instead of copying this loop.
+Everything here runs inside a `tf.function`; it is plain TensorFlow that tests
+can call without TFF.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Optional
+
+import tensorflow as tf
+import tensorflow_federated as tff
+
+CorrectionFn = Callable[[Any, Any], Any]
+
+
+@dataclasses.dataclass
+class LocalOutcome:
+  delta: Any            # structure of trainable weights: x_t - y_K
+  grad_sum: Any         # structure of trainable weights, or None
+  num_examples: tf.Tensor  # int64
+  num_steps: tf.Tensor     # int32
+  finite: tf.Tensor        # bool: delta (and grad_sum) free of NaN/Inf
+
+
+def client_dataset(dataset: tf.data.Dataset, num_steps, num_epochs) -> tf.data.Dataset:
+  """K steps (repeat forever, take K) or E epochs (repeat E, take all)."""
+  return dataset.repeat(tf.cast(num_epochs, tf.int64)).take(
+      tf.cast(num_steps, tf.int64))
+
+
+def all_finite(structure) -> tf.Tensor:
+  return tf.reduce_all([tf.reduce_all(tf.math.is_finite(t))
+                        for t in tf.nest.flatten(structure)])
+
+
+def assign_weights(model: tff.learning.models.VariableModel, weights) -> None:
+  """Assigns a `ModelWeights`-like structure to the model's variables."""
+  variables = tff.learning.models.ModelWeights.from_model(model)
+  for v, w in zip(tf.nest.flatten(variables), tf.nest.flatten(weights)):
+    v.assign(w)
+
+
+def run_local_training(
+    model: tff.learning.models.VariableModel,
+    optimizer: tff.learning.optimizers.Optimizer,
+    optimizer_hparams: Optional[Any],
+    initial_weights: Any,
+    dataset: tf.data.Dataset,
+    num_steps,
+    num_epochs,
+    *,
+    correction_fn: Optional[CorrectionFn] = None,
+    step_weights: Optional[tf.Tensor] = None,
+) -> LocalOutcome:
+  """Runs the local loop on `model` (a VariableModel, reused across calls).
+
+  Args:
+    model: the client's model; its variables are overwritten with
+      `initial_weights` first. Its metrics accumulate over the loop.
+    optimizer: a `tff.learning.optimizers.Optimizer`, initialised here.
+    optimizer_hparams: hparams set into the fresh optimizer state (e.g. the
+      round's learning rate), or None for the optimizer's own.
+    initial_weights: `tff.learning.models.ModelWeights` structure (x_t).
+    dataset: the client's batched dataset (one epoch).
+    num_steps: int scalar; -1 for "all batches of `num_epochs` epochs".
+    num_epochs: int scalar; -1 for "repeat forever" (with `num_steps` > 0).
+    correction_fn: optional `(trainable_weights, grads) -> grads`, added to the
+      local objective's gradient (the raw gradient is still what
+      `step_weights` accumulates).
+    step_weights: optional float vector Theta; theta_k weights the k-th raw
+      gradient in `grad_sum` (steps past its length get weight 0).
+  """
+  assign_weights(model, initial_weights)
+  trainable = model.trainable_variables
+  specs = tuple(tf.TensorSpec(v.shape, v.dtype) for v in trainable)
+  opt_state = optimizer.initialize(specs)
+  if optimizer_hparams is not None:
+    opt_state = optimizer.set_hparams(opt_state, optimizer_hparams)
+  grad_sum = (tuple(tf.zeros_like(v) for v in trainable)
+              if step_weights is not None else ())
+
+  # `Dataset.reduce` (TFF's DATASET_REDUCE loop) traces one fused loop; it
+  # measured ~2x faster here than an autograph `for` over the dataset.
+  def step(carry, batch):
+    opt_state, grad_sum, num_examples, steps = carry
+    with tf.GradientTape() as tape:
+      output = model.forward_pass(batch, training=True)
+    grads = tuple(tape.gradient(output.loss, trainable))
+    if step_weights is not None:
+      index = tf.minimum(steps, tf.size(step_weights) - 1)
+      theta = tf.where(steps < tf.size(step_weights),
+                       tf.gather(step_weights, index), 0.0)
+      grad_sum = tuple(s + theta * g for s, g in zip(grad_sum, grads))
+    if correction_fn is not None:
+      grads = tuple(correction_fn(tuple(trainable), grads))
+    opt_state, new_weights = optimizer.next(opt_state, tuple(trainable), grads)
+    for v, w in zip(trainable, new_weights):
+      v.assign(w)
+    if output.num_examples is None:
+      n = tf.shape(output.predictions, out_type=tf.int64)[0]
+    else:
+      n = tf.cast(output.num_examples, tf.int64)
+    return opt_state, grad_sum, num_examples + n, steps + 1
+
+  _, grad_sum, num_examples, steps = client_dataset(
+      dataset, num_steps, num_epochs).reduce(
+          (opt_state, grad_sum, tf.constant(0, tf.int64), tf.constant(0, tf.int32)),
+          step)
+
+  delta = tf.nest.map_structure(tf.subtract, initial_weights.trainable,
+                                tf.nest.pack_sequence_as(
+                                    initial_weights.trainable, list(trainable)))
+  if step_weights is not None:
+    grad_sum = tf.nest.pack_sequence_as(initial_weights.trainable, list(grad_sum))
+    finite = tf.logical_and(all_finite(delta), all_finite(grad_sum))
+  else:
+    grad_sum = None
+    finite = all_finite(delta)
+  return LocalOutcome(delta=delta, grad_sum=grad_sum, num_examples=num_examples,
+                      num_steps=steps, finite=finite)

@@ -1,0 +1,82 @@
+"""Optimiser names -> `tff.learning.optimizers` (no optimiser is written here).
+
+`OptimizerSpec` holds what a flag set can say about an optimiser; unspecified
+fields take the paper defaults listed in `_DEFAULTS` (FedAdam of paper 000:
+beta_1=.9, beta_2=.999, eps=1e-8; Yogi of paper 002: beta_2=.99, eps=1e-5,
+initial accumulator 0).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Optional
+
+import tensorflow_federated as tff
+
+from tff_algos.core import schedules
+
+NAMES = ('sgd', 'sgdm', 'adam', 'yogi', 'adagrad', 'rmsprop')
+
+_DEFAULTS = {
+    'sgd': {},
+    'sgdm': dict(momentum=0.9),
+    'adam': dict(beta_1=0.9, beta_2=0.999, epsilon=1e-8),
+    'yogi': dict(beta_1=0.9, beta_2=0.99, epsilon=1e-5, initial_accumulator=0.0),
+    'adagrad': dict(epsilon=1e-7, initial_accumulator=0.0),
+    'rmsprop': dict(beta_2=0.9, epsilon=1e-7),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class OptimizerSpec:
+  name: str = 'sgd'
+  learning_rate: float = 1.0
+  momentum: Optional[float] = None
+  beta_1: Optional[float] = None
+  beta_2: Optional[float] = None      # RMSProp: the decay of its average
+  epsilon: Optional[float] = None
+  initial_accumulator: Optional[float] = None
+
+  def __post_init__(self):
+    if self.name not in NAMES:
+      raise ValueError(f'unknown optimizer {self.name!r}; choose one of {NAMES}')
+    if not self.learning_rate >= 0:
+      raise ValueError(f'learning rate must be >= 0, got {self.learning_rate}')
+
+  def get(self, field: str):
+    value = getattr(self, field)
+    return _DEFAULTS[self.name].get(field) if value is None else value
+
+  def build(self) -> tff.learning.optimizers.Optimizer:
+    lr, g = self.learning_rate, self.get
+    if self.name == 'sgd':
+      return tff.learning.optimizers.build_sgdm(learning_rate=lr)
+    if self.name == 'sgdm':
+      return tff.learning.optimizers.build_sgdm(learning_rate=lr, momentum=g('momentum'))
+    if self.name == 'adam':
+      return tff.learning.optimizers.build_adam(
+          learning_rate=lr, beta_1=g('beta_1'), beta_2=g('beta_2'), epsilon=g('epsilon'))
+    if self.name == 'yogi':
+      return tff.learning.optimizers.build_yogi(
+          learning_rate=lr, beta_1=g('beta_1'), beta_2=g('beta_2'), epsilon=g('epsilon'),
+          initial_preconditioner_value=g('initial_accumulator'))
+    if self.name == 'adagrad':
+      return tff.learning.optimizers.build_adagrad(
+          learning_rate=lr, epsilon=g('epsilon'),
+          initial_preconditioner_value=g('initial_accumulator'))
+    return tff.learning.optimizers.build_rmsprop(
+        learning_rate=lr, decay=g('beta_2'), epsilon=g('epsilon'))
+
+
+def build_scheduled(spec: OptimizerSpec, decay: float = 1.0
+                    ) -> tff.learning.optimizers.Optimizer:
+  """`spec`'s optimiser with learning rate eta_t = lr * decay**t.
+
+  t counts the optimiser's applied steps (TFF's `schedule_learning_rate`); a
+  constant schedule returns the plain optimiser, so its state is exactly TFF's.
+  """
+  optimizer = spec.build()
+  schedule = schedules.ExponentialDecay(spec.learning_rate, decay)
+  if schedule.constant:
+    return optimizer
+  return tff.learning.optimizers.schedule_learning_rate(optimizer, schedule)

@@ -1,0 +1,70 @@
+"""Round-indexed schedules (paper 000): K_t, gamma_t, eta_t as functions of t.
+
+Each schedule is a tiny frozen dataclass callable on a round number, either a
+Python int (host side: planning, accounting) or a scalar tensor (inside a TFF
+computation, where the round number comes from server state so that one
+compiled computation serves every round). Both paths compute in float64, so
+the host and the graph agree exactly on ceil() boundaries.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Union
+
+import numpy as np
+import tensorflow as tf
+
+Round = Union[int, np.integer, tf.Tensor]
+
+
+@dataclasses.dataclass(frozen=True)
+class ExponentialDecay:
+  """value_t = initial * decay**t (constant when decay == 1)."""
+
+  initial: float
+  decay: float = 1.0
+
+  def __post_init__(self):
+    if not self.initial >= 0:
+      raise ValueError(f'initial value must be >= 0, got {self.initial}')
+    if not 0 < self.decay <= 1:
+      raise ValueError(f'decay must be in (0, 1], got {self.decay}')
+
+  @property
+  def constant(self) -> bool:
+    return self.decay == 1.0
+
+  def __call__(self, t: Round):
+    if isinstance(t, (tf.Tensor, tf.Variable)):
+      t64 = tf.cast(t, tf.float64)
+      return tf.cast(self.initial * tf.pow(tf.constant(self.decay, tf.float64), t64),
+                     tf.float32)
+    return float(self.initial * self.decay ** int(t))
+
+
+@dataclasses.dataclass(frozen=True)
+class LocalSteps:
+  """K_t = max(1, ceil(K_0 * d_K**t)) local steps in round t."""
+
+  initial: int
+  decay: float = 1.0
+
+  def __post_init__(self):
+    if int(self.initial) != self.initial or self.initial < 1:
+      raise ValueError(f'local steps must be an integer >= 1, got {self.initial}')
+    if not 0 < self.decay <= 1:
+      raise ValueError(f'decay must be in (0, 1], got {self.decay}')
+
+  def __call__(self, t: Round):
+    if isinstance(t, (tf.Tensor, tf.Variable)):
+      value = tf.math.ceil(self.initial * tf.pow(
+          tf.constant(self.decay, tf.float64), tf.cast(t, tf.float64)))
+      return tf.maximum(tf.cast(value, tf.int32), 1)
+    return max(1, int(math.ceil(self.initial * np.float64(self.decay) ** int(t))))
+
+  def total(self, rounds: int) -> int:
+    """Sum_t K_t over rounds 0..rounds-1 (client steps per cohort slot)."""
+    t = np.arange(rounds, dtype=np.float64)
+    return int(np.maximum(1, np.ceil(self.initial * np.power(self.decay, t))).sum())

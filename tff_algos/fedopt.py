@@ -1,0 +1,106 @@
+"""FedOpt: FedAvg / FedSGD with a server optimiser and decaying K, gamma, eta.
+
+Papers: McMahan et al. 2017 (FedAvg); Reddi et al. 2021 (Adaptive Federated
+Optimization: FedAdam, FedYogi, FedAdagrad); Mills et al., "Faster Federated
+Learning with Decaying Number of Local SGD Steps" (paper 000: K_t, gamma_t, eta_t).
+
+Round t, cohort S_t:
+  client i:  y_0 = x_t;  K_t = max(1, ceil(K_0 d_K^t)) steps  y_k = ClientOpt_{gamma_t}(y_{k-1}, g_k)
+             sends  Delta_i = x_t - y_K  with weight n_i (examples processed) or 1
+  server:    q_t = sum_i w_i Delta_i / sum_i w_i
+             x_{t+1} = ServerOpt_{eta_t}(x_t, q_t)      (SGD with eta = 1: FedAvg)
+FedSGD is K = 1 with client SGD at gamma = 1, so Delta_i is the minibatch
+gradient at x_t and the server step is eta_t * gradient.
+
+Built from TFF's templates: broadcast distributor, our schedule-aware client
+work (`core.client_work`), `tff.aggregators.MeanFactory`, and TFF's
+`build_apply_optimizer_finalizer` (which rejects non-finite updates, keeping
+the server state) with a `schedule_learning_rate`-wrapped optimiser.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Optional
+
+import tensorflow_federated as tff
+
+from tff_algos.core import accounting
+from tff_algos.core import client_work as client_work_lib
+from tff_algos.core import optimizers
+from tff_algos.core import schedules
+from tff_algos.core.algorithm import FederatedAlgorithm
+
+
+@dataclasses.dataclass(frozen=True)
+class FedOptConfig:
+  client_optimizer: optimizers.OptimizerSpec = optimizers.OptimizerSpec('sgd', 0.1)
+  server_optimizer: optimizers.OptimizerSpec = optimizers.OptimizerSpec('sgd', 1.0)
+  local_steps: Optional[int] = None     # K_0; None: run `epochs` epochs
+  epochs: int = 1
+  local_steps_decay: float = 1.0        # d_K
+  client_lr_decay: float = 1.0          # d_gamma
+  server_lr_decay: float = 1.0          # d_eta
+  uniform_weighting: bool = False       # weight clients by 1 instead of n_i
+
+  def client_schedule(self) -> client_work_lib.ClientSchedule:
+    steps = (None if self.local_steps is None else
+             schedules.LocalSteps(self.local_steps, self.local_steps_decay))
+    if steps is None and self.local_steps_decay != 1.0:
+      raise ValueError('local_steps_decay needs local_steps (K_0)')
+    return client_work_lib.ClientSchedule(
+        learning_rate=schedules.ExponentialDecay(
+            self.client_optimizer.learning_rate, self.client_lr_decay),
+        local_steps=steps, epochs=self.epochs)
+
+
+def initial_weights_computation(model_fn) -> tff.Computation:
+  @tff.tensorflow.computation
+  def initial_weights():
+    return tff.learning.models.ModelWeights.from_model(model_fn())
+  return initial_weights
+
+
+def build_fedopt(model_fn: Callable[[], tff.learning.models.VariableModel],
+                 config: FedOptConfig = FedOptConfig(),
+                 name: str = 'fedavg') -> FederatedAlgorithm:
+  work = client_work_lib.build_client_work(
+      model_fn, config.client_optimizer.build(), config.client_schedule(),
+      client_weighting=(tff.learning.ClientWeighting.UNIFORM
+                        if config.uniform_weighting else
+                        tff.learning.ClientWeighting.NUM_EXAMPLES))
+  return compose(name, model_fn, work,
+                 optimizers.build_scheduled(config.server_optimizer,
+                                            config.server_lr_decay))
+
+
+def compose(name: str, model_fn, work: client_work_lib.ClientWork,
+            server_optimizer: tff.learning.optimizers.Optimizer,
+            aggregator: Optional[tff.aggregators.WeightedAggregationFactory] = None
+            ) -> FederatedAlgorithm:
+  """Distributor + client work + weighted mean + optimiser finalizer."""
+  initial_weights = initial_weights_computation(model_fn)
+  weights_type = initial_weights.type_signature.result
+  result_type = work.process.next.type_signature.result.result.member
+  aggregator = (aggregator or tff.aggregators.MeanFactory()).create(
+      result_type.update, result_type.update_weight)
+  process = tff.learning.templates.compose_learning_process(
+      initial_weights,
+      tff.learning.templates.build_broadcast_process(weights_type),
+      work.process,
+      aggregator,
+      tff.learning.templates.build_apply_optimizer_finalizer(
+          server_optimizer, weights_type))
+  return FederatedAlgorithm(
+      name=name, process=process,
+      traffic=accounting.client_traffic(work.client_computation, weights_type))
+
+
+def build_fedsgd(model_fn, server_optimizer: optimizers.OptimizerSpec =
+                 optimizers.OptimizerSpec('sgd', 0.1),
+                 server_lr_decay: float = 1.0) -> FederatedAlgorithm:
+  """FedSGD: one local step of plain SGD at gamma = 1 (Delta_i = g_i)."""
+  config = FedOptConfig(client_optimizer=optimizers.OptimizerSpec('sgd', 1.0),
+                        server_optimizer=server_optimizer, local_steps=1,
+                        server_lr_decay=server_lr_decay)
+  return build_fedopt(model_fn, config, name='fedsgd')

@@ -1,0 +1,230 @@
+"""The round loop: sampling, client data, metrics, evaluation, checkpoints.
+
+One loop serves every algorithm and experiment. Everything random is a pure
+function of (seed, round): the cohort is drawn from `default_rng([seed, t])`
+and each client's examples are shuffled with a seed derived from
+(seed, t, slot). Together with the learning process state (which carries the
+round-indexed schedules) this makes a run reproducible and makes resuming from
+a checkpoint give exactly the model of an uninterrupted run.
+
+Outputs under `<root_output_dir>/<experiment_name>/` (TFF program tooling):
+`metrics.csv` (`tff.program.CSVFileReleaseManager`, one row per round, keyed by
+round so a resumed run rewrites what came after its checkpoint), TensorBoard
+events (`tff.program.TensorBoardReleaseManager`), `checkpoints/`
+(`tff.program.FileProgramStateManager`) and `summary.json`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import dataclasses
+import json
+import math
+import os
+import time
+from typing import Any, Callable, Optional
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tasks.base import Task
+from tff_algos.core import local_training
+from tff_algos.core.algorithm import FederatedAlgorithm
+
+
+@dataclasses.dataclass(frozen=True)
+class RunConfig:
+  total_rounds: int
+  clients_per_round: int
+  seed: int = 0
+  rounds_per_eval: int = 10          # 0: evaluate only at the end
+  rounds_per_checkpoint: int = 10
+  output_dir: Optional[str] = None   # None: keep nothing on disk
+  progress: bool = True
+
+  def __post_init__(self):
+    if self.total_rounds < 0:
+      raise ValueError(f'total_rounds must be >= 0, got {self.total_rounds}')
+    if self.clients_per_round < 1:
+      raise ValueError(f'clients_per_round must be >= 1, got {self.clients_per_round}')
+    if self.rounds_per_eval < 0 or self.rounds_per_checkpoint < 1:
+      raise ValueError('rounds_per_eval must be >= 0 and rounds_per_checkpoint >= 1')
+
+
+@dataclasses.dataclass
+class RunResult:
+  state: Any
+  model_weights: Any
+  history: list[dict[str, Any]]      # one row per round run in this call
+  final_eval: dict[str, float]
+  resumed_from: int                  # 0: fresh start
+  summary: dict[str, Any]
+
+
+def sample_clients(client_ids: list[str], clients_per_round: int, seed: int,
+                   round_num: int) -> list[str]:
+  """Uniformly without replacement within the round; fresh every round."""
+  if clients_per_round > len(client_ids):
+    raise ValueError(f'clients_per_round={clients_per_round} exceeds the '
+                     f'{len(client_ids)} clients of the task')
+  rng = np.random.default_rng([seed, round_num])
+  return [client_ids[i] for i in rng.choice(len(client_ids), clients_per_round,
+                                            replace=False)]
+
+
+def shuffle_seed(seed: int, round_num: int, slot: int) -> int:
+  return int(np.random.default_rng([seed, round_num, slot, 1]).integers(2**31 - 1))
+
+
+def flatten_metrics(metrics, prefix: str = '') -> dict[str, Any]:
+  """Nested measurements -> {'a/b/c': python scalar}."""
+  out = {}
+  if isinstance(metrics, (dict, collections.OrderedDict)) or hasattr(metrics, '_asdict'):
+    items = metrics.items() if not hasattr(metrics, '_asdict') else metrics._asdict().items()
+    for key, value in items:
+      out.update(flatten_metrics(value, f'{prefix}{key}/'))
+    return out
+  value = np.asarray(metrics)
+  if value.size == 1:
+    out[prefix[:-1]] = value.item()
+  else:
+    out[prefix[:-1]] = value.tolist()
+  return out
+
+
+def build_evaluator(task: Task) -> Callable[[Any], dict[str, float]]:
+  """Centralised evaluation of model weights on `task.test_data` (plain TF)."""
+  if task.test_data is None:
+    return lambda weights: {}
+  model = task.model_fn()
+
+  @tf.function
+  def evaluate(weights):
+    local_training.assign_weights(model, weights)
+    model.reset_metrics()
+    for batch in task.test_data:
+      model.forward_pass(batch, training=False)
+    return model.report_local_unfinalized_metrics()
+
+  def run(weights) -> dict[str, float]:
+    unfinalized = evaluate(weights)
+    # Keras finalizers are tf.functions that build a metric on each trace;
+    # run their Python bodies eagerly instead.
+    finalizers = model.metric_finalizers()
+    return {name: float(np.asarray(
+        getattr(finalizers[name], 'python_function', finalizers[name])(value)))
+            for name, value in unfinalized.items()}
+
+  return run
+
+
+async def _load_checkpoint(manager, structure):
+  return await manager.load_latest(structure)
+
+
+def run_training(algorithm: FederatedAlgorithm, task: Task, config: RunConfig,
+                 extra_summary: Optional[dict[str, Any]] = None) -> RunResult:
+  """Runs (or resumes) `config.total_rounds` rounds of `algorithm` on `task`."""
+  process = algorithm.process
+  client_ids = task.client_ids
+  if config.clients_per_round > len(client_ids):
+    raise ValueError(f'clients_per_round={config.clients_per_round} exceeds the '
+                     f'{len(client_ids)} clients of task {task.name!r}')
+  evaluate = build_evaluator(task)
+  out_dir = config.output_dir
+  state_manager = csv_manager = tb_manager = None
+  if out_dir:
+    os.makedirs(out_dir, exist_ok=True)
+    state_manager = tff.program.FileProgramStateManager(
+        os.path.join(out_dir, 'checkpoints'), prefix='round_', keep_total=2,
+        keep_first=False)
+    csv_manager = tff.program.CSVFileReleaseManager(
+        os.path.join(out_dir, 'metrics.csv'), key_fieldname='round')
+    tb_manager = tff.program.TensorBoardReleaseManager(os.path.join(out_dir, 'tb'))
+
+  state = process.initialize()
+  start_round = 0
+  if state_manager is not None:
+    loaded, version = asyncio.run(_load_checkpoint(state_manager, state))
+    if loaded is not None:
+      state, start_round = loaded, version
+  if start_round > config.total_rounds:
+    raise ValueError(f'checkpoint at round {start_round} is past total_rounds='
+                     f'{config.total_rounds}')
+
+  traffic = algorithm.traffic
+  history: list[dict[str, Any]] = []
+  last_eval: dict[str, float] = {}
+  rounds = range(start_round, config.total_rounds)
+  bar = None
+  if config.progress and len(rounds):
+    from tqdm import tqdm
+    bar = tqdm(total=config.total_rounds, initial=start_round, unit='round',
+               desc=algorithm.name, dynamic_ncols=True)
+  t_start = time.perf_counter()
+  try:
+    for round_num in rounds:
+      t0 = time.perf_counter()
+      cohort = sample_clients(client_ids, config.clients_per_round, config.seed,
+                              round_num)
+      data = [task.client_dataset(cid, shuffle_seed(config.seed, round_num, slot))
+              for slot, cid in enumerate(cohort)]
+      output = process.next(state, data)
+      state = output.state
+      row = {'round': round_num + 1}
+      row.update(flatten_metrics(output.metrics))
+      m = len(cohort)
+      row['download_bytes'] = m * traffic.download_bytes
+      row['upload_bytes'] = m * traffic.upload_bytes
+      row['round_time_s'] = time.perf_counter() - t0
+      done = round_num + 1
+      if (config.rounds_per_eval and done % config.rounds_per_eval == 0) or \
+          done == config.total_rounds:
+        last_eval = evaluate(process.get_model_weights(state))
+        row.update({f'eval/{k}': v for k, v in last_eval.items()})
+      history.append(row)
+      if csv_manager is not None:
+        asyncio.run(_release(csv_manager, tb_manager, row, done))
+      if state_manager is not None and (
+          done % config.rounds_per_checkpoint == 0 or done == config.total_rounds):
+        asyncio.run(state_manager.save(state, done))
+      if bar is not None:
+        bar.update(1)
+        post = {'loss': row.get('client_work/train/loss')}
+        if last_eval:
+          post.update({k: v for k, v in list(last_eval.items())[:2]})
+        bar.set_postfix({k: f'{v:.4g}' for k, v in post.items() if v is not None})
+  finally:
+    if bar is not None:
+      bar.close()
+  wall = time.perf_counter() - t_start
+
+  weights = process.get_model_weights(state)
+  if not last_eval and task.test_data is not None:
+    last_eval = evaluate(weights)
+  summary = dict(algorithm=algorithm.name, task=task.name,
+                 rounds=config.total_rounds, resumed_from=start_round,
+                 clients_per_round=config.clients_per_round, seed=config.seed,
+                 wall_time_s=wall,
+                 seconds_per_round=wall / max(1, len(history)),
+                 download_bytes_per_client=traffic.download_bytes,
+                 upload_bytes_per_client=traffic.upload_bytes,
+                 model_bytes=traffic.model_bytes,
+                 final_eval=last_eval, task_info=task.info)
+  if history:
+    summary['final_train'] = {k: v for k, v in history[-1].items()
+                              if isinstance(v, (int, float)) and math.isfinite(v)}
+  summary.update(extra_summary or {})
+  if out_dir:
+    with open(os.path.join(out_dir, 'summary.json'), 'w') as f:
+      json.dump(summary, f, indent=2, default=str)
+  return RunResult(state=state, model_weights=weights, history=history,
+                   final_eval=last_eval, resumed_from=start_round, summary=summary)
+
+
+async def _release(csv_manager, tb_manager, row, key):
+  scalars = {k: v for k, v in row.items() if isinstance(v, (int, float))}
+  await csv_manager.release(scalars, key=key)
+  await tb_manager.release({k: v for k, v in scalars.items() if k != 'round'}, key=key)

@@ -1,0 +1,71 @@
+"""The one interface every task implements.
+
+A `Task` is what an algorithm and the trainer need from a dataset/model pair:
+
+* `train_data`: a `tff.simulation.datasets.ClientData` of RAW (unbatched) client
+  examples, keyed by client id;
+* `preprocess_fn`: raw client dataset -> batched dataset covering ONE epoch, with
+  no shuffling (the trainer shuffles the raw examples with a seed derived from
+  (seed, round, client), so runs are reproducible and resumable);
+* `test_data`: a centralised, already batched evaluation `tf.data.Dataset`
+  (or None);
+* `model_fn`: a no-arg callable building a fresh `tff.learning.models.VariableModel`
+  whose `forward_pass` consumes the batches of `preprocess_fn`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Optional
+
+import tensorflow as tf
+import tensorflow_federated as tff
+
+PreprocessFn = Callable[[tf.data.Dataset], tf.data.Dataset]
+
+
+class TaskError(ValueError):
+  """Bad task request (unknown name, missing data file, bad option)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Task:
+  name: str
+  train_data: tff.simulation.datasets.ClientData
+  preprocess_fn: PreprocessFn
+  model_fn: Callable[[], tff.learning.models.VariableModel]
+  test_data: Optional[tf.data.Dataset] = None
+  # Free-form facts for summaries and reports (model name, #clients, source).
+  info: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+  @property
+  def client_ids(self) -> list[str]:
+    return list(self.train_data.client_ids)
+
+  def client_dataset(self, client_id: str, shuffle_seed: Optional[int] = None
+                     ) -> tf.data.Dataset:
+    """Batched one-epoch dataset of a client, its raw examples shuffled by seed."""
+    ds = self.train_data.create_tf_dataset_for_client(client_id)
+    if shuffle_seed is not None:
+      ds = ds.shuffle(_SHUFFLE_BUFFER, seed=shuffle_seed,
+                      reshuffle_each_iteration=True)
+    return self.preprocess_fn(ds)
+
+
+# Larger than any client of the supported datasets (StackOverflow's largest
+# clients hold a few thousand examples; the buffer only stores what exists).
+_SHUFFLE_BUFFER = 10_000
+
+
+def keras_model_fn(keras_fn: Callable[[], tf.keras.Model],
+                   element_spec: Any,
+                   loss_fn: Callable[[], tf.keras.losses.Loss],
+                   metrics_fn: Callable[[], list[tf.keras.metrics.Metric]]):
+  """Wraps a keras builder as a `model_fn` for TFF (`from_keras_model`)."""
+
+  def model_fn() -> tff.learning.models.VariableModel:
+    return tff.learning.models.from_keras_model(
+        keras_fn(), loss=loss_fn(), input_spec=element_spec,
+        metrics=metrics_fn())
+
+  return model_fn

@@ -1,0 +1,123 @@
+"""Keras model builders for the TFF-backed tasks.
+
+Two kinds of builders live here:
+
+* the models of papers 000 and 004 that TFF does not ship (`femnist_cnn`,
+  `cifar_cnn_004`, `shakespeare_gru`); they output LOGITS, so pair them with a
+  `from_logits=True` loss;
+* thin wrappers that call TFF's own builders for TFF's baseline models (EMNIST
+  'cnn_dropout'/'cnn'/'2nn', the Shakespeare LSTM, the StackOverflow word LSTM
+  and tag logistic regression, CIFAR-100 ResNet-18 with GroupNorm). TFF's EMNIST
+  models, the tag model and the ResNets end in softmax/sigmoid (TFF pairs them
+  with `from_logits=False` losses); the two TFF recurrent models output logits.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import tensorflow as tf
+
+# TFF 0.87 exposes these builders only through its internal module paths.
+from tensorflow_federated.python.simulation.baselines.emnist import emnist_models
+from tensorflow_federated.python.simulation.baselines.shakespeare import char_prediction_models
+from tensorflow_federated.python.simulation.baselines.stackoverflow import tag_prediction_tasks
+from tensorflow_federated.python.simulation.baselines.stackoverflow import word_prediction_models
+from tensorflow_federated.python.simulation.models import resnet_models
+
+EMNIST_TFF_MODELS = ('cnn_dropout', 'cnn', '2nn')
+
+
+def _conv_pool_net(input_shape: Sequence[int], num_classes: int,
+                   name: str) -> tf.keras.Model:
+  """Conv3x3(32)-Pool2-Conv3x3(64)-Pool2-FC512-FC(classes), 'valid' padding."""
+  return tf.keras.Sequential([
+      tf.keras.Input(shape=tuple(input_shape)),
+      tf.keras.layers.Conv2D(32, 3, activation='relu'),
+      tf.keras.layers.MaxPool2D(2),
+      tf.keras.layers.Conv2D(64, 3, activation='relu'),
+      tf.keras.layers.MaxPool2D(2),
+      tf.keras.layers.Flatten(),
+      tf.keras.layers.Dense(512, activation='relu'),
+      tf.keras.layers.Dense(num_classes),  # logits
+  ], name=name)
+
+
+def femnist_cnn(num_classes: int = 62) -> tf.keras.Model:
+  """The FEMNIST CNN of papers 000/004 on 28x28x1 inputs (logits output).
+
+  Padding is 'valid' (PyTorch's default, as in the FedGBO reference code whose
+  first dense layer takes 1600 = 5*5*64 inputs): 28 -> 26 -> 13 -> 11 -> 5.
+  With 62 classes it has 870,334 parameters.
+  """
+  return _conv_pool_net((28, 28, 1), num_classes, name='femnist_cnn')
+
+
+def cifar_cnn_004(num_classes: int = 100) -> tf.keras.Model:
+  """Paper 004's CIFAR-100 CNN: `femnist_cnn`'s layers on 28x28x3 crops."""
+  return _conv_pool_net((28, 28, 3), num_classes, name='cifar_cnn_004')
+
+
+def shakespeare_gru(vocab_size: int, units: int = 256, embedding_dim: int = 8,
+                    num_layers: int = 2) -> tf.keras.Model:
+  """Embedding -> `num_layers` stacked GRUs -> Dense(vocab) logits per step.
+
+  Paper 000 uses 256 units, paper 004 128. Token 0 is padding and is masked, as
+  in TFF's Shakespeare LSTM, so padded steps do not count in the loss.
+  """
+  layers = [
+      tf.keras.Input(shape=(None,), dtype=tf.int64),
+      tf.keras.layers.Embedding(vocab_size, embedding_dim, mask_zero=True),
+  ]
+  layers += [tf.keras.layers.GRU(units, return_sequences=True)
+             for _ in range(num_layers)]
+  layers.append(tf.keras.layers.Dense(vocab_size))  # logits
+  return tf.keras.Sequential(layers, name=f'shakespeare_gru{units}')
+
+
+# ----------------------------------------------------------- TFF's own models
+
+
+def emnist_tff_model(model_id: str, num_classes: int = 62) -> tf.keras.Model:
+  """TFF's EMNIST model 'cnn_dropout', 'cnn' or '2nn' (softmax output)."""
+  if num_classes not in (10, 62):
+    raise ValueError(f'EMNIST has 10 or 62 classes, got {num_classes}')
+  only_digits = num_classes == 10
+  builders = {
+      'cnn_dropout': emnist_models.create_conv_dropout_model,
+      'cnn': emnist_models.create_original_fedavg_cnn_model,
+      '2nn': emnist_models.create_two_hidden_layer_model,
+  }
+  if model_id not in builders:
+    raise ValueError(f'unknown EMNIST model {model_id!r}; '
+                     f'choose one of {", ".join(builders)}')
+  return builders[model_id](only_digits=only_digits)
+
+
+def shakespeare_lstm(vocab_size: int, sequence_length: int = 80
+                     ) -> tf.keras.Model:
+  """TFF's Shakespeare model: Embedding 8, 2 x LSTM 256, Dense logits."""
+  return char_prediction_models.create_recurrent_model(
+      vocab_size=vocab_size, sequence_length=sequence_length)
+
+
+def stackoverflow_word_lstm(extended_vocab_size: int) -> tf.keras.Model:
+  """TFF's StackOverflow next-word LSTM with TFF's default sizes (logits)."""
+  return word_prediction_models.create_recurrent_model(
+      vocab_size=extended_vocab_size)
+
+
+def stackoverflow_tag_logreg(word_vocab_size: int, tag_vocab_size: int
+                             ) -> tf.keras.Model:
+  """TFF's 1-vs-rest logistic regression for StackOverflow tags (sigmoid)."""
+  # pylint: disable=protected-access
+  return tag_prediction_tasks._build_logistic_regression_model(
+      input_size=word_vocab_size, output_size=tag_vocab_size)
+
+
+def cifar_resnet18(input_shape: Sequence[int] = (24, 24, 3),
+                   num_classes: int = 100) -> tf.keras.Model:
+  """TFF's CIFAR-100 ResNet-18 (GroupNorm instead of BatchNorm; softmax)."""
+  return resnet_models.create_resnet18(
+      input_shape=tuple(input_shape), num_classes=num_classes,
+      norm_layer=resnet_models.NormLayer.GROUP_NORM)

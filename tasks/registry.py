@@ -1,0 +1,90 @@
+"""Task name -> builder. Each builder takes `TaskOptions` and returns a `Task`.
+
+Task modules register themselves on import; `get_task` validates the name
+before anything expensive (no data is touched for an unknown name).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from typing import Callable, Optional
+
+from tasks.base import Task, TaskError
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskOptions:
+  batch_size: int = 20
+  cache_dir: Optional[str] = None
+  use_synthetic_data: bool = False
+  model: Optional[str] = None        # task-specific model id; None = task default
+  seed: int = 0                      # data partition / generation seed
+  num_clients: Optional[int] = None  # for tasks partitioned here (None = default)
+  dirichlet_alpha: float = 0.5       # label-skew concentration (partitioned tasks)
+  num_runs: int = 1                  # repetitions vectorised into one model (quadratic)
+
+
+Builder = Callable[[TaskOptions], Task]
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskSpec:
+  name: str
+  builder: Builder
+  models: tuple[str, ...]
+  description: str
+
+
+_REGISTRY: dict[str, TaskSpec] = {}
+
+# Modules whose import registers tasks. Kept explicit so `list_tasks()` is
+# complete without importing every dataset module up front.
+_TASK_MODULES = (
+    'tasks.embedded', 'tasks.quadratic', 'tasks.emnist', 'tasks.shakespeare',
+    'tasks.stackoverflow', 'tasks.cifar100')
+
+
+def register(name: str, models: tuple[str, ...], description: str):
+  def wrap(builder: Builder) -> Builder:
+    if name in _REGISTRY:
+      raise ValueError(f'task {name!r} registered twice')
+    _REGISTRY[name] = TaskSpec(name, builder, tuple(models), description)
+    return builder
+  return wrap
+
+
+def _load_all():
+  for module in _TASK_MODULES:
+    importlib.import_module(module)
+
+
+def list_tasks() -> dict[str, TaskSpec]:
+  _load_all()
+  return dict(sorted(_REGISTRY.items()))
+
+
+def get_spec(name: str) -> TaskSpec:
+  specs = list_tasks()
+  if name not in specs:
+    raise TaskError(f'unknown task {name!r}; known tasks: {", ".join(specs)}')
+  return specs[name]
+
+
+def check_options(name: str, options: TaskOptions) -> TaskSpec:
+  """Validates a task request cheaply (before any data is loaded)."""
+  spec = get_spec(name)
+  if options.batch_size < 1:
+    raise TaskError(f'batch size must be >= 1, got {options.batch_size}')
+  if options.model is not None and options.model not in spec.models:
+    raise TaskError(f'task {name!r} has no model {options.model!r}; '
+                    f'choose one of {", ".join(spec.models)}')
+  if options.num_clients is not None and options.num_clients < 1:
+    raise TaskError(f'num_clients must be >= 1, got {options.num_clients}')
+  return spec
+
+
+def get_task(name: str, options: Optional[TaskOptions] = None) -> Task:
+  options = options or TaskOptions()
+  spec = check_options(name, options)
+  return spec.builder(options)

@@ -1,0 +1,98 @@
+"""StackOverflow tag prediction and next-word prediction (one client per user).
+
+Both are TFF's baselines with TFF's default settings:
+
+* `stackoverflow_tag`: normalised bag of the 10,000 most frequent words ->
+  1-vs-rest logistic regression over the 500 most frequent tags; binary CE
+  (SUM reduction, as TFF), metrics precision and `recall_at_5` (top-5 recall,
+  the metric of paper 000).
+* `stackoverflow_word`: 20-word sequences over a 10,000-word vocabulary (+1 OOV
+  bucket, pad, bos, eos), TFF's LSTM (embedding 96, LSTM 670); masked accuracy
+  metrics as TFF.
+
+The data comes from `stackoverflow.sqlite`; the vocabularies from TFF's word and
+tag count files (see `tasks.tff_data.stackoverflow_vocab`; TFF's own task
+constructors would fetch those from the web whatever the cache_dir).
+"""
+
+from __future__ import annotations
+
+import tensorflow_federated as tff
+from tensorflow_federated.python.simulation.baselines.stackoverflow import tag_prediction_tasks
+from tensorflow_federated.python.simulation.baselines.stackoverflow import word_prediction_preprocessing
+from tensorflow_federated.python.simulation.baselines.stackoverflow import word_prediction_tasks
+
+from tasks import base
+from tasks import registry
+from tasks import tff_data
+
+_SO = tff.simulation.baselines.stackoverflow
+WORD_VOCAB_SIZE = _SO.DEFAULT_WORD_VOCAB_SIZE   # 10,000
+TAG_VOCAB_SIZE = _SO.DEFAULT_TAG_VOCAB_SIZE     # 500
+SEQUENCE_LENGTH = _SO.DEFAULT_SEQUENCE_LENGTH   # 20
+NUM_OOV_BUCKETS = 1                             # TFF's default
+
+
+def _vocab(kind: str, size: int, options: registry.TaskOptions) -> list[str]:
+  if options.use_synthetic_data:
+    counts = (tff.simulation.datasets.stackoverflow.get_synthetic_word_counts()
+              if kind == 'word' else
+              tff.simulation.datasets.stackoverflow.get_synthetic_tag_counts())
+    return list(counts)[:size]
+  return tff_data.stackoverflow_vocab(kind, size, options.cache_dir)
+
+
+def _finish(name: str, baseline, raw: tff_data.RawData, train, model: str,
+            **info) -> base.Task:
+  datasets = baseline.datasets
+  return base.Task(
+      name=name,
+      train_data=train,
+      preprocess_fn=datasets.train_preprocess_fn,
+      model_fn=baseline.model_fn,
+      test_data=tff_data.centralized_test_data(raw.test,
+                                               datasets.eval_preprocess_fn),
+      info=tff_data.task_info(raw, train, model, **info))
+
+
+@registry.register(
+    'stackoverflow_tag', ('logreg',),
+    'StackOverflow tag prediction (342,477 users; TFF stackoverflow.sqlite): '
+    '1-vs-rest logistic regression, 10k-word bag of words -> 500 tags, '
+    'recall@5')
+def build_tag(options: registry.TaskOptions) -> base.Task:
+  raw = tff_data.load('stackoverflow', options.cache_dir,
+                      options.use_synthetic_data)
+  word_vocab = _vocab('word', WORD_VOCAB_SIZE, options)
+  tag_vocab = _vocab('tag', TAG_VOCAB_SIZE, options)
+  train = tff_data.select_clients(raw.train, options.num_clients, options.seed)
+  baseline = tag_prediction_tasks.create_tag_prediction_task_from_datasets(
+      train_client_spec=tff_data.train_client_spec(options.batch_size),
+      eval_client_spec=None, word_vocab=word_vocab, tag_vocab=tag_vocab,
+      train_data=train, test_data=raw.test, validation_data=raw.validation)
+  return _finish('stackoverflow_tag', baseline, raw, train, 'logreg',
+                 word_vocab_size=len(word_vocab),
+                 tag_vocab_size=len(tag_vocab), eval_batch_size=100)
+
+
+@registry.register(
+    'stackoverflow_word', ('lstm',),
+    'StackOverflow next-word prediction (342,477 users; TFF '
+    "stackoverflow.sqlite): TFF's LSTM, 10k vocabulary, sequences of 20")
+def build_word(options: registry.TaskOptions) -> base.Task:
+  raw = tff_data.load('stackoverflow', options.cache_dir,
+                      options.use_synthetic_data)
+  vocab = _vocab('word', WORD_VOCAB_SIZE, options)
+  train = tff_data.select_clients(raw.train, options.num_clients, options.seed)
+  baseline = word_prediction_tasks.create_word_prediction_task_from_datasets(
+      train_client_spec=tff_data.train_client_spec(options.batch_size),
+      eval_client_spec=None, sequence_length=SEQUENCE_LENGTH, vocab=vocab,
+      num_out_of_vocab_buckets=NUM_OOV_BUCKETS, train_data=train,
+      test_data=raw.test, validation_data=raw.validation)
+  special = word_prediction_preprocessing.get_special_tokens(
+      len(vocab), num_out_of_vocab_buckets=NUM_OOV_BUCKETS)
+  return _finish('stackoverflow_word', baseline, raw, train, 'lstm',
+                 vocab_size=len(vocab),
+                 extended_vocab_size=(len(vocab) +
+                                      special.get_number_of_special_tokens()),
+                 sequence_length=SEQUENCE_LENGTH, eval_batch_size=64)

@@ -37,6 +37,8 @@ class Task:
   test_data: Optional[tf.data.Dataset] = None
   # Free-form facts for summaries and reports (model name, #clients, source).
   info: dict[str, Any] = dataclasses.field(default_factory=dict)
+  # False where shuffling cannot change anything (e.g. one example per client).
+  shuffle: bool = True
 
   @property
   def client_ids(self) -> list[str]:
@@ -46,7 +48,7 @@ class Task:
                      ) -> tf.data.Dataset:
     """Batched one-epoch dataset of a client, its raw examples shuffled by seed."""
     ds = self.train_data.create_tf_dataset_for_client(client_id)
-    if shuffle_seed is not None:
+    if shuffle_seed is not None and self.shuffle:
       ds = ds.shuffle(_SHUFFLE_BUFFER, seed=shuffle_seed,
                       reshuffle_each_iteration=True)
     return self.preprocess_fn(ds)

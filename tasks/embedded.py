@@ -52,11 +52,12 @@ def build(options: TaskOptions) -> base.Task:
   batch = options.batch_size
 
   def preprocess(ds: tf.data.Dataset) -> tf.data.Dataset:
-    return ds.map(lambda e: (e['x'], e['y'])).batch(batch)
+    return ds.batch(batch)  # elements are already {'x', 'y'}: no map to trace
 
-  element_spec = (tf.TensorSpec([None, 64], tf.float32),
-                  tf.TensorSpec([None], tf.int32))
-  test = tf.data.Dataset.from_tensor_slices((x_te, y_te)).batch(500)
+  element_spec = collections.OrderedDict(x=tf.TensorSpec([None, 64], tf.float32),
+                                         y=tf.TensorSpec([None], tf.int32))
+  test = tf.data.Dataset.from_tensor_slices(
+      collections.OrderedDict(x=x_te, y=y_te)).batch(500)
   model = options.model or 'mlp'
   return base.Task(
       name='digits', train_data=train, preprocess_fn=preprocess, test_data=test,

@@ -128,7 +128,7 @@ def build_quadratic(num_runs: int = 1, num_clients: int = DEFAULT_CLIENTS,
                                    [np.array([k]) for k in range(num_clients)])
   return base.Task(
       name='quadratic', train_data=train,
-      preprocess_fn=lambda ds: ds.map(lambda e: collections.OrderedDict(z=e['z'])),
-      model_fn=lambda: QuadraticModel(num_runs, x_init),
+      preprocess_fn=lambda ds: ds,  # each client's single row is already a batch
+      model_fn=lambda: QuadraticModel(num_runs, x_init), shuffle=False,
       info=dict(model='scalar', num_train_clients=num_clients, num_runs=num_runs,
                 x_star=true_minimiser(), source='generated'))

@@ -9,7 +9,6 @@ from __future__ import annotations
 import collections
 import dataclasses
 import hashlib
-import importlib
 import json
 import math
 import os
@@ -27,13 +26,6 @@ from tasks import models
 from tasks import registry
 from tasks import tff_data
 
-_MODULES = {
-    'emnist_character': 'tasks.emnist',
-    'shakespeare_character': 'tasks.shakespeare',
-    'stackoverflow_tag': 'tasks.stackoverflow',
-    'stackoverflow_word': 'tasks.stackoverflow',
-    'cifar100_image': 'tasks.cifar100',
-}
 _EXPECTED_MODELS = {
     'emnist_character': ('cnn_dropout', 'cnn', '2nn', 'femnist_cnn'),
     'shakespeare_character': ('lstm', 'gru', 'gru128'),
@@ -51,10 +43,7 @@ _SQLITE_NAME = {
 
 
 def _spec(name: str) -> registry.TaskSpec:
-  # Imports only this task's module: `registry.list_tasks()` also imports task
-  # modules that other work adds, which these tests must not depend on.
-  importlib.import_module(_MODULES[name])
-  return registry._REGISTRY[name]  # pylint: disable=protected-access
+  return registry.get_spec(name)
 
 
 def _build(name: str, **options) -> base.Task:

@@ -43,6 +43,11 @@ class FedOptConfig:
   server_lr_decay: float = 1.0          # d_eta
   uniform_weighting: bool = False       # weight clients by 1 instead of n_i
 
+  def __post_init__(self):
+    self.client_schedule()  # validates K_0, E, gamma and their decays
+    schedules.ExponentialDecay(self.server_optimizer.learning_rate,
+                               self.server_lr_decay)
+
   def client_schedule(self) -> client_work_lib.ClientSchedule:
     steps = (None if self.local_steps is None else
              schedules.LocalSteps(self.local_steps, self.local_steps_decay))

@@ -124,9 +124,33 @@ async def _load_checkpoint(manager, structure):
   return await manager.load_latest(structure)
 
 
+def initial_model_weights(task: Task, seed: int) -> tff.learning.models.ModelWeights:
+  """The model's initial weights, drawn after seeding TF, numpy and Python.
+
+  (`tf.random.set_seed` alone does not make unseeded Keras initialisers repeat
+  within a process; `tf.keras.utils.set_random_seed` does.)
+  """
+  tf.keras.utils.set_random_seed(seed)
+  model = task.model_fn()
+  return tff.learning.models.ModelWeights(
+      trainable=[v.numpy() for v in model.trainable_variables],
+      non_trainable=[v.numpy() for v in model.non_trainable_variables])
+
+
+RoundCallback = Callable[[int, Any, dict], None]
+
+
 def run_training(algorithm: FederatedAlgorithm, task: Task, config: RunConfig,
-                 extra_summary: Optional[dict[str, Any]] = None) -> RunResult:
-  """Runs (or resumes) `config.total_rounds` rounds of `algorithm` on `task`."""
+                 extra_summary: Optional[dict[str, Any]] = None,
+                 round_callback: Optional[RoundCallback] = None,
+                 initial_weights: Optional[Any] = None) -> RunResult:
+  """Runs (or resumes) `config.total_rounds` rounds of `algorithm` on `task`.
+
+  `round_callback(round_done, state, row)` is called after every round, before
+  the row is written, so it may add columns (e.g. the model trajectory);
+  `initial_weights` replaces the seeded default
+  initialisation of a fresh run.
+  """
   process = algorithm.process
   client_ids = task.client_ids
   if config.clients_per_round > len(client_ids):
@@ -145,6 +169,9 @@ def run_training(algorithm: FederatedAlgorithm, task: Task, config: RunConfig,
     tb_manager = tff.program.TensorBoardReleaseManager(os.path.join(out_dir, 'tb'))
 
   state = process.initialize()
+  state = process.set_model_weights(
+      state, initial_weights if initial_weights is not None
+      else initial_model_weights(task, config.seed))
   start_round = 0
   if state_manager is not None:
     loaded, version = asyncio.run(_load_checkpoint(state_manager, state))
@@ -184,6 +211,8 @@ def run_training(algorithm: FederatedAlgorithm, task: Task, config: RunConfig,
           done == config.total_rounds:
         last_eval = evaluate(process.get_model_weights(state))
         row.update({f'eval/{k}': v for k, v in last_eval.items()})
+      if round_callback is not None:
+        round_callback(done, state, row)  # may add columns to the row
       history.append(row)
       if csv_manager is not None:
         asyncio.run(_release(csv_manager, tb_manager, row, done))
@@ -213,15 +242,32 @@ def run_training(algorithm: FederatedAlgorithm, task: Task, config: RunConfig,
                  upload_bytes_per_client=traffic.upload_bytes,
                  model_bytes=traffic.model_bytes,
                  final_eval=last_eval, task_info=task.info)
-  if history:
-    summary['final_train'] = {k: v for k, v in history[-1].items()
+  rows = history
+  if out_dir and os.path.exists(os.path.join(out_dir, 'metrics.csv')):
+    rows = _read_csv_rows(os.path.join(out_dir, 'metrics.csv'))  # whole run
+  summary['totals'] = {
+      key: float(sum(r.get(col, 0.0) for r in rows)) for key, col in (
+          ('client_steps', 'client_work/client_steps'),
+          ('download_bytes', 'download_bytes'), ('upload_bytes', 'upload_bytes'),
+          ('round_time_s', 'round_time_s'))}
+  if rows:
+    summary['final_train'] = {k: v for k, v in rows[-1].items()
                               if isinstance(v, (int, float)) and math.isfinite(v)}
   summary.update(extra_summary or {})
   if out_dir:
     with open(os.path.join(out_dir, 'summary.json'), 'w') as f:
       json.dump(summary, f, indent=2, default=str)
+    np.savez(os.path.join(out_dir, 'final_weights.npz'),
+             *[np.asarray(w) for w in weights.trainable])
   return RunResult(state=state, model_weights=weights, history=history,
                    final_eval=last_eval, resumed_from=start_round, summary=summary)
+
+
+def _read_csv_rows(path: str) -> list[dict[str, Any]]:
+  import csv
+  with open(path, newline='') as f:
+    return [{k: float(v) for k, v in row.items() if v not in ('', None)}
+            for row in csv.DictReader(f)]
 
 
 async def _release(csv_manager, tb_manager, row, key):

@@ -1,0 +1,124 @@
+"""Trainer flags (names as in google-research/federated) and their validation.
+
+Flags map onto three things, each in one place: `TaskOptions` (data),
+`registry.HParams` (the algorithm) and `RunConfig` (the round loop).
+`validate()` checks all of them before any data is loaded or any computation
+is traced, so a bad flag fails in well under a second with a clear message.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+
+from absl import flags
+
+from tasks import TaskOptions, check_options
+from tff_algos import registry
+from tff_algos.core import optimizers
+from tff_algos.training import RunConfig
+
+# Data.
+flags.DEFINE_string('task', 'digits', 'Task name (see --list_tasks). Default: the '
+                    'embedded scikit-learn digits split over 30 clients.')
+flags.DEFINE_string('model', None, 'Task-specific model id (default: the task default).')
+flags.DEFINE_string('cache_dir', None, 'Where TFF dataset files (*.sqlite) live.')
+flags.DEFINE_bool('use_synthetic_data', False, "Use TFF's tiny synthetic data.")
+flags.DEFINE_integer('num_clients', None, 'Clients to split a centralised dataset into '
+                     '(or to subsample from a federated one).')
+flags.DEFINE_float('dirichlet_alpha', 0.5, 'Label-skew concentration for split datasets.')
+flags.DEFINE_integer('client_batch_size', 20, 'Client minibatch size B.')
+
+# Algorithm.
+flags.DEFINE_string('algorithm', 'fedavg', 'Algorithm name (see --list_algorithms).')
+flags.DEFINE_enum('client_optimizer', 'sgd', optimizers.NAMES, 'Client optimizer.')
+flags.DEFINE_float('client_learning_rate', 0.1, 'Client learning rate gamma_0.')
+flags.DEFINE_float('client_momentum', None, 'Client momentum (sgdm).')
+flags.DEFINE_enum('server_optimizer', 'sgd', optimizers.NAMES, 'Server optimizer.')
+flags.DEFINE_float('server_learning_rate', 1.0, 'Server learning rate eta_0.')
+flags.DEFINE_float('server_momentum', None, 'Server momentum (sgdm).')
+flags.DEFINE_float('server_beta_1', None, 'Server beta_1 (adam, yogi).')
+flags.DEFINE_float('server_beta_2', None, 'Server beta_2 (adam, yogi; rmsprop decay).')
+flags.DEFINE_float('server_epsilon', None, 'Server epsilon (adaptive optimizers).')
+flags.DEFINE_float('server_initial_accumulator', None,
+                   'Initial second-moment accumulator (yogi, adagrad).')
+flags.DEFINE_integer('client_epochs_per_round', 1,
+                     'Local epochs E per round (used when --local_steps is unset).')
+flags.DEFINE_integer('local_steps', None, 'Local steps K_0 per round (overrides epochs).')
+flags.DEFINE_float('local_steps_decay', 1.0, 'd_K: K_t = ceil(K_0 d_K^t).')
+flags.DEFINE_float('client_lr_decay', 1.0, 'd_gamma: gamma_t = gamma_0 d_gamma^t.')
+flags.DEFINE_float('server_lr_decay', 1.0, 'd_eta: eta_t = eta_0 d_eta^t.')
+flags.DEFINE_bool('uniform_weighting', False, 'Weight clients equally (not by examples).')
+
+# Round loop and outputs.
+flags.DEFINE_integer('total_rounds', 100, 'Number of rounds.')
+flags.DEFINE_integer('clients_per_round', 10, 'Clients sampled per round (M).')
+flags.DEFINE_integer('rounds_per_eval', 10, 'Evaluate every this many rounds.')
+flags.DEFINE_integer('rounds_per_checkpoint', 10, 'Checkpoint every this many rounds.')
+flags.DEFINE_integer('seed', 0, 'Seed of sampling, shuffling, init and data splits.')
+flags.DEFINE_string('root_output_dir', 'runs', 'Root of experiment directories.')
+flags.DEFINE_string('experiment_name', None,
+                    'Experiment directory name (default: built from the flags).')
+flags.DEFINE_bool('progress', True, 'Show a progress bar.')
+
+FLAGS = flags.FLAGS
+
+
+class FlagError(ValueError):
+  pass
+
+
+def task_options() -> TaskOptions:
+  return TaskOptions(batch_size=FLAGS.client_batch_size, cache_dir=FLAGS.cache_dir,
+                     use_synthetic_data=FLAGS.use_synthetic_data, model=FLAGS.model,
+                     seed=FLAGS.seed, num_clients=FLAGS.num_clients,
+                     dirichlet_alpha=FLAGS.dirichlet_alpha)
+
+
+def hparams() -> registry.HParams:
+  names = [f.name for f in dataclasses.fields(registry.HParams)]
+  return registry.HParams(**{n: getattr(FLAGS, n) for n in names})
+
+
+def experiment_name() -> str:
+  if FLAGS.experiment_name:
+    return FLAGS.experiment_name
+  parts = [FLAGS.task, FLAGS.algorithm, f'c{FLAGS.client_optimizer}{FLAGS.client_learning_rate:g}',
+           f's{FLAGS.server_optimizer}{FLAGS.server_learning_rate:g}',
+           f'K{FLAGS.local_steps}' if FLAGS.local_steps else f'E{FLAGS.client_epochs_per_round}',
+           f'M{FLAGS.clients_per_round}', f'seed{FLAGS.seed}']
+  return '_'.join(parts)
+
+
+def run_config(output_dir) -> RunConfig:
+  return RunConfig(total_rounds=FLAGS.total_rounds,
+                   clients_per_round=FLAGS.clients_per_round, seed=FLAGS.seed,
+                   rounds_per_eval=FLAGS.rounds_per_eval,
+                   rounds_per_checkpoint=FLAGS.rounds_per_checkpoint,
+                   output_dir=output_dir, progress=FLAGS.progress)
+
+
+def validate():
+  """All cheap checks; raises FlagError with one readable message."""
+  try:
+    if FLAGS.experiment_name is not None and not re.fullmatch(r'[\w.\-]+', FLAGS.experiment_name):
+      raise ValueError(f'--experiment_name must be letters, digits, _ . - '
+                       f'(got {FLAGS.experiment_name!r})')
+    options = task_options()
+    check_options(FLAGS.task, options)
+    hp = hparams()
+    registry.check(FLAGS.algorithm, hp)
+    config = run_config(None)
+  except ValueError as e:  # TaskError is a ValueError
+    raise FlagError(str(e)) from None
+  return options, hp, config
+
+
+def output_dir() -> str:
+  return os.path.join(FLAGS.root_output_dir, experiment_name())
+
+
+def flag_values() -> dict:
+  """This module's flag values, for summary.json."""
+  return {f.name: f.value for f in FLAGS.get_flags_for_module(__name__)}

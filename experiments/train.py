@@ -1,0 +1,76 @@
+"""Federated training of one (task, algorithm) pair.
+
+    python -m experiments.train                      # digits, FedAvg, 100 rounds
+    python -m experiments.train --task=emnist_character --cache_dir=~/.tff \
+        --algorithm=fedavg --server_optimizer=adam --server_learning_rate=0.01 \
+        --local_steps=10 --local_steps_decay=0.999 --total_rounds=4000
+
+Re-running the same command resumes from the last checkpoint in
+<root_output_dir>/<experiment_name>/. Prints a table of evaluations and writes
+curves.png there.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from absl import app
+from absl import flags
+
+from experiments import common
+from experiments import flags as trainer_flags
+from experiments import report
+
+flags.DEFINE_bool('list_tasks', False, 'List tasks and exit.')
+flags.DEFINE_bool('list_algorithms', False, 'List algorithms and exit.')
+FLAGS = flags.FLAGS
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f'unexpected arguments: {argv[1:]}')
+  common.quiet_logs()
+  from tasks import get_task, list_tasks
+  from tff_algos import registry
+  if FLAGS.list_tasks:
+    for name, spec in list_tasks().items():
+      print(f'{name:24s} models: {", ".join(spec.models):40s} {spec.description}')
+    return 0
+  if FLAGS.list_algorithms:
+    for name, spec in sorted(registry.ALGORITHMS.items()):
+      print(f'{name:24s} {spec.description}')
+    return 0
+  try:
+    options, hp, _ = trainer_flags.validate()
+  except trainer_flags.FlagError as e:
+    print(f'error: {e}', file=sys.stderr)
+    return 2
+
+  from tff_algos import runtime
+  from tff_algos import training
+  out_dir = trainer_flags.output_dir()
+  task = get_task(FLAGS.task, options)  # data errors surface before any worker starts
+  if FLAGS.clients_per_round > len(task.client_ids):
+    print(f'error: --clients_per_round={FLAGS.clients_per_round} exceeds the '
+          f'{len(task.client_ids)} clients of task {task.name!r}', file=sys.stderr)
+    return 2
+  with runtime.managed_context():
+    algorithm = registry.build(FLAGS.algorithm, task.model_fn, hp)
+    print(f'{algorithm.name} on {task.name} ({task.info.get("model")}, '
+          f'{len(task.client_ids)} clients) -> {out_dir}', flush=True)
+    result = training.run_training(algorithm, task, trainer_flags.run_config(out_dir),
+                                   extra_summary={'flags': trainer_flags.flag_values()})
+  rows = report.read_metrics(os.path.join(out_dir, 'metrics.csv'))
+  print(report.training_table(rows))
+  figure = report.plot_training(rows, os.path.join(out_dir, 'curves.png'),
+                                title=os.path.basename(out_dir))
+  final = ', '.join(f'{k}={v:.4f}' for k, v in result.final_eval.items()
+                    if k not in ('num_examples', 'num_batches'))
+  print(f'final eval: {final}')
+  print(f'metrics: {os.path.join(out_dir, "metrics.csv")}  figure: {figure}')
+  return 0
+
+
+if __name__ == '__main__':
+  app.run(main)

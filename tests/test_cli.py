@@ -1,0 +1,120 @@
+"""The trainer binary end to end: flags, outputs, signals, kill-and-resume."""
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from conftest import wait_dead, worker_pids_of
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BASE = ['--task=digits', '--model=logistic', '--clients_per_round=5',
+        '--client_batch_size=16', '--local_steps=3', '--rounds_per_eval=4',
+        '--rounds_per_checkpoint=2', '--noprogress']
+
+
+def train_cmd(out, name, rounds, *extra):
+  return [sys.executable, '-m', 'experiments.train', *BASE, f'--root_output_dir={out}',
+          f'--experiment_name={name}', f'--total_rounds={rounds}', *extra]
+
+
+def run(cmd, timeout=300):
+  env = dict(os.environ, PYTHONPATH=ROOT)
+  return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True,
+                        timeout=timeout)
+
+
+BAD_FLAGS = [
+    ('--task=nope', "unknown task 'nope'"),
+    ('--total_rounds=-3', 'total_rounds must be >= 0'),
+    ('--clients_per_round=0', 'clients_per_round must be >= 1'),
+    ('--algorithm=fedfoo', "unknown algorithm 'fedfoo'"),
+    ('--local_steps=5 --local_steps_decay=1.5', 'decay must be in (0, 1]'),
+    ('--local_steps_decay=0.9', 'local_steps_decay needs local_steps'),
+    ('--client_learning_rate=-0.1', 'learning rate must be >= 0'),
+    ('--model=resnet', "task 'digits' has no model 'resnet'"),
+    ('--experiment_name=a/b', '--experiment_name must be'),
+]
+
+
+@pytest.mark.parametrize('flag,message', BAD_FLAGS)
+def test_flag_validation_messages(flag, message):
+  from absl import flags
+  from experiments import flags as trainer_flags
+  import experiments.train  # noqa: F401  (defines the binary's own flags)
+  FLAGS = flags.FLAGS
+  FLAGS.unparse_flags()
+  try:
+    FLAGS(['train', *flag.split()])
+    with pytest.raises(trainer_flags.FlagError, match=re.escape(message)):
+      trainer_flags.validate()
+  finally:
+    FLAGS.unparse_flags()
+
+
+@pytest.mark.parametrize('flag,message', [
+    ('--total_rounds=-3', 'total_rounds must be >= 0'),
+    ('--clients_per_round=31', 'exceeds the 30 clients'),
+])
+def test_bad_flags_exit_2_before_any_worker_starts(tmp_path, flag, message):
+  res = run([sys.executable, '-m', 'experiments.train', f'--root_output_dir={tmp_path}',
+             '--noprogress', flag])
+  assert res.returncode == 2, res.stderr[-2000:]
+  assert f'error: ' in res.stderr and message in res.stderr
+  assert os.listdir(tmp_path) == []  # nothing written, no run started
+
+
+def test_missing_dataset_names_the_file(tmp_path):
+  res = run([sys.executable, '-m', 'experiments.train', '--task=emnist_character',
+             f'--cache_dir={tmp_path}', f'--root_output_dir={tmp_path}', '--noprogress'])
+  assert res.returncode != 0
+  assert 'emnist_all.sqlite' in res.stderr and str(tmp_path) in res.stderr
+
+
+def _wait_rows(path, n, proc, timeout=240):
+  deadline = time.monotonic() + timeout
+  while time.monotonic() < deadline:
+    if proc.poll() is not None:
+      raise AssertionError(f'run ended early: {proc.stderr.read()[-3000:]}')
+    if os.path.exists(path):
+      with open(path) as f:
+        if sum(1 for _ in f) - 1 >= n:
+          return
+    time.sleep(0.2)
+  raise AssertionError('no progress')
+
+
+@pytest.mark.parametrize('sig', [signal.SIGTERM, signal.SIGINT])
+def test_killed_run_leaves_no_worker_and_resumes_to_the_same_model(tmp_path, sig):
+  rounds = 10
+  full = run(train_cmd(tmp_path, 'full', rounds))
+  assert full.returncode == 0, full.stderr[-3000:]
+  assert 'final eval' in full.stdout and 'sparse_categorical_accuracy' in full.stdout
+  assert os.path.exists(tmp_path / 'full' / 'curves.png')
+
+  env = dict(os.environ, PYTHONPATH=ROOT)
+  proc = subprocess.Popen(train_cmd(tmp_path, 'killed', rounds), cwd=ROOT, env=env,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  _wait_rows(tmp_path / 'killed' / 'metrics.csv', 5, proc)
+  workers = worker_pids_of(proc.pid)
+  assert workers, 'the run should be using a worker'
+  proc.send_signal(sig)
+  proc.communicate(timeout=60)
+  assert proc.returncode != 0
+  assert wait_dead(workers) == []
+  assert not os.path.exists(tmp_path / 'killed' / 'final_weights.npz')
+
+  resumed = run(train_cmd(tmp_path, 'killed', rounds))
+  assert resumed.returncode == 0, resumed.stderr[-3000:]
+  a = np.load(tmp_path / 'full' / 'final_weights.npz')
+  b = np.load(tmp_path / 'killed' / 'final_weights.npz')
+  assert a.files == b.files
+  for k in a.files:
+    np.testing.assert_array_equal(a[k], b[k])
+  with open(tmp_path / 'killed' / 'metrics.csv') as f:
+    assert sum(1 for _ in f) - 1 == rounds

@@ -1,0 +1,79 @@
+"""The TFF worker never outlives its Python process."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import psutil
+import pytest
+
+from conftest import wait_dead, worker_pids_of
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+SCRIPT = textwrap.dedent('''
+    import sys, time
+    import tensorflow as tf, tensorflow_federated as tff
+    from tff_algos import runtime
+    ctx = runtime.install()
+
+    @tff.tensorflow.computation(tf.int32)
+    def add_one(x):
+      return x + 1
+
+    assert add_one(1) == 2
+    print('READY', *ctx.pids, flush=True)
+    sys.stdin.readline()  # the test reads our worker's pid, then lets us go on
+    mode = sys.argv[1]
+    if mode == 'raise':
+      raise RuntimeError('boom')
+    if mode == 'wait':
+      time.sleep(600)
+''')
+
+
+def start(mode):
+  env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL='3')
+  proc = subprocess.Popen([sys.executable, '-c', SCRIPT, mode], cwd=ROOT, env=env,
+                          stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True)
+  line = proc.stdout.readline()
+  while line and 'READY' not in line:
+    line = proc.stdout.readline()
+  workers = [int(p) for p in line.split()[1:]]
+  assert workers == worker_pids_of(proc.pid)  # the reported pid is our child
+  proc.stdin.write('go\n')
+  proc.stdin.flush()
+  return proc, workers
+
+
+@pytest.mark.parametrize('mode', ['exit', 'raise'])
+def test_worker_stops_on_normal_exit_and_on_exception(mode):
+  proc, workers = start(mode)
+  assert len(workers) == 1, 'expected the managed worker to be running'
+  out, err = proc.communicate(timeout=60)
+  assert (proc.returncode == 0) == (mode == 'exit')
+  assert wait_dead(workers) == []
+  assert 'NoneType' not in err  # TFF's __del__ traceback no longer shows up
+
+
+@pytest.mark.parametrize('sig', [signal.SIGINT, signal.SIGTERM, signal.SIGKILL])
+def test_worker_stops_when_process_is_signalled(sig):
+  proc, workers = start('wait')
+  assert len(workers) == 1
+  time.sleep(0.5)  # let it reach its sleep
+  proc.send_signal(sig)
+  proc.communicate(timeout=60)
+  assert proc.returncode != 0
+  # SIGKILL cannot be handled: the kernel's parent-death signal stops the worker.
+  assert wait_dead(workers) == []
+
+
+def test_in_process_install_and_shutdown():
+  from tff_algos import runtime
+  ctx = runtime.install()
+  assert runtime.install() is ctx  # idempotent
+  assert all(psutil.pid_exists(p) for p in ctx.pids)

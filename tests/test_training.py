@@ -1,0 +1,110 @@
+"""The round loop: determinism, checkpoint/resume, outputs."""
+
+import csv
+import json
+import os
+
+import numpy as np
+import pytest
+
+from tasks import TaskOptions, get_task
+from tff_algos import fedopt, training
+from tff_algos.core import optimizers
+
+
+@pytest.fixture(scope='module')
+def task():
+  return get_task('digits', TaskOptions(batch_size=16, num_clients=12, model='logistic'))
+
+
+@pytest.fixture(scope='module')
+def algorithm(task):
+  return fedopt.build_fedopt(task.model_fn, fedopt.FedOptConfig(
+      client_optimizer=optimizers.OptimizerSpec('sgd', 0.1), local_steps=3,
+      local_steps_decay=0.8, server_optimizer=optimizers.OptimizerSpec('adam', 0.02)))
+
+
+def config(out_dir, rounds=6, seed=0):
+  return training.RunConfig(total_rounds=rounds, clients_per_round=4, seed=seed,
+                            rounds_per_eval=3, rounds_per_checkpoint=2,
+                            output_dir=out_dir, progress=False)
+
+
+def weights(result):
+  return [np.asarray(w) for w in result.model_weights.trainable]
+
+
+def test_same_seed_same_result_other_seed_differs(task, algorithm):
+  a = weights(training.run_training(algorithm, task, config(None)))
+  b = weights(training.run_training(algorithm, task, config(None)))
+  c = weights(training.run_training(algorithm, task, config(None, seed=1)))
+  for x, y in zip(a, b):
+    np.testing.assert_array_equal(x, y)
+  assert max(np.abs(x - y).max() for x, y in zip(a, c)) > 1e-4
+
+
+def test_interrupted_run_resumes_to_the_same_model(task, algorithm, tmp_path):
+  full = training.run_training(algorithm, task, config(str(tmp_path / 'full')))
+
+  class Crash(Exception):
+    pass
+
+  def crash_at_5(done, state, row):
+    if done == 5:
+      raise Crash()
+
+  out = str(tmp_path / 'crashed')
+  with pytest.raises(Crash):
+    training.run_training(algorithm, task, config(out), round_callback=crash_at_5)
+  resumed = training.run_training(algorithm, task, config(out))
+  assert resumed.resumed_from == 4  # the last checkpoint before the crash
+  for x, y in zip(weights(full), weights(resumed)):
+    np.testing.assert_array_equal(x, y)
+  with open(os.path.join(out, 'metrics.csv')) as f:
+    rounds = [int(float(r['round'])) for r in csv.DictReader(f)]
+  assert rounds == [1, 2, 3, 4, 5, 6]
+  with open(os.path.join(tmp_path / 'full', 'metrics.csv')) as f:
+    full_rows = list(csv.DictReader(f))
+  with open(os.path.join(out, 'metrics.csv')) as f:
+    resumed_rows = list(csv.DictReader(f))
+  for a, b in zip(full_rows, resumed_rows):
+    assert a['client_work/train/loss'] == b['client_work/train/loss']
+  summary = json.load(open(os.path.join(out, 'summary.json')))
+  # Totals cover the whole run, not just the resumed part: K_t = 3, 3, 2, 2, 2, 1.
+  assert summary['totals']['client_steps'] == 4 * (3 + 3 + 2 + 2 + 2 + 1)
+  assert summary['resumed_from'] == 4
+  saved = np.load(os.path.join(out, 'final_weights.npz'))
+  np.testing.assert_array_equal(saved['arr_0'], weights(full)[0])
+
+
+def test_metrics_rows_carry_cost_and_eval(task, algorithm, tmp_path):
+  result = training.run_training(algorithm, task, config(str(tmp_path)))
+  rows = result.history
+  assert len(rows) == 6
+  assert all(r['download_bytes'] == 4 * algorithm.traffic.download_bytes for r in rows)
+  assert all(r['upload_bytes'] == 4 * algorithm.traffic.upload_bytes for r in rows)
+  assert all(r['round_time_s'] > 0 for r in rows)
+  assert [r['round'] for r in rows if 'eval/loss' in r] == [3, 6]
+  assert 0.0 <= result.final_eval['sparse_categorical_accuracy'] <= 1.0
+  assert os.path.isdir(tmp_path / 'tb')
+
+
+def test_bad_run_config_rejected():
+  with pytest.raises(ValueError, match='total_rounds'):
+    training.RunConfig(total_rounds=-1, clients_per_round=2)
+  with pytest.raises(ValueError, match='clients_per_round'):
+    training.RunConfig(total_rounds=1, clients_per_round=0)
+
+
+def test_too_many_clients_per_round_rejected(task, algorithm):
+  with pytest.raises(ValueError, match='exceeds'):
+    training.run_training(algorithm, task, training.RunConfig(
+        total_rounds=1, clients_per_round=13, progress=False))
+
+
+def test_sampling_is_without_replacement_and_seeded():
+  ids = [str(i) for i in range(50)]
+  a = training.sample_clients(ids, 10, seed=3, round_num=7)
+  assert len(set(a)) == 10
+  assert a == training.sample_clients(ids, 10, seed=3, round_num=7)
+  assert a != training.sample_clients(ids, 10, seed=3, round_num=8)

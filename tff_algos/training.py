@@ -8,8 +8,9 @@ round-indexed schedules) this makes a run reproducible and makes resuming from
 a checkpoint give exactly the model of an uninterrupted run.
 
 Outputs under `<root_output_dir>/<experiment_name>/` (TFF program tooling):
-`metrics.csv` (`tff.program.CSVFileReleaseManager`, one row per round, keyed by
-round so a resumed run rewrites what came after its checkpoint), TensorBoard
+`metrics.csv` (one row per round; a resumed run first drops the rows after its
+checkpoint, then appends: TFF's `CSVFileReleaseManager` does the same but
+rewrites the whole file on every release, quadratic in the rounds), TensorBoard
 events (`tff.program.TensorBoardReleaseManager`), `checkpoints/`
 (`tff.program.FileProgramStateManager`) and `summary.json`.
 """
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import csv
 import dataclasses
 import json
 import math
@@ -120,6 +122,41 @@ def build_evaluator(task: Task) -> Callable[[Any], dict[str, float]]:
   return run
 
 
+class MetricsCSV:
+  """Append-only per-round CSV keyed by 'round', truncated once on resume."""
+
+  def __init__(self, path: str, resume_round: int):
+    self.path = path
+    self.fields: list[str] = []
+    rows = []
+    if os.path.exists(path):
+      with open(path, newline='') as f:
+        reader = csv.DictReader(f)
+        self.fields = list(reader.fieldnames or [])
+        rows = [r for r in reader if float(r['round']) <= resume_round]
+      self._rewrite(rows)
+
+  def _rewrite(self, rows):
+    tmp = self.path + '.tmp'
+    with open(tmp, 'w', newline='') as f:
+      writer = csv.DictWriter(f, fieldnames=self.fields)
+      writer.writeheader()
+      writer.writerows(rows)
+    os.replace(tmp, self.path)
+
+  def append(self, row: dict[str, Any]):
+    new = [k for k in row if k not in self.fields]
+    if new or not os.path.exists(self.path):
+      rows = []
+      if os.path.exists(self.path):
+        with open(self.path, newline='') as f:
+          rows = list(csv.DictReader(f))
+      self.fields += new
+      self._rewrite(rows)
+    with open(self.path, 'a', newline='') as f:
+      csv.DictWriter(f, fieldnames=self.fields).writerow(row)
+
+
 async def _load_checkpoint(manager, structure):
   return await manager.load_latest(structure)
 
@@ -158,14 +195,12 @@ def run_training(algorithm: FederatedAlgorithm, task: Task, config: RunConfig,
                      f'{len(client_ids)} clients of task {task.name!r}')
   evaluate = build_evaluator(task)
   out_dir = config.output_dir
-  state_manager = csv_manager = tb_manager = None
+  state_manager = csv_writer = tb_manager = None
   if out_dir:
     os.makedirs(out_dir, exist_ok=True)
     state_manager = tff.program.FileProgramStateManager(
         os.path.join(out_dir, 'checkpoints'), prefix='round_', keep_total=2,
         keep_first=False)
-    csv_manager = tff.program.CSVFileReleaseManager(
-        os.path.join(out_dir, 'metrics.csv'), key_fieldname='round')
     tb_manager = tff.program.TensorBoardReleaseManager(os.path.join(out_dir, 'tb'))
 
   state = process.initialize()
@@ -177,6 +212,8 @@ def run_training(algorithm: FederatedAlgorithm, task: Task, config: RunConfig,
     loaded, version = asyncio.run(_load_checkpoint(state_manager, state))
     if loaded is not None:
       state, start_round = loaded, version
+  if out_dir:
+    csv_writer = MetricsCSV(os.path.join(out_dir, 'metrics.csv'), start_round)
   if start_round > config.total_rounds:
     raise ValueError(f'checkpoint at round {start_round} is past total_rounds='
                      f'{config.total_rounds}')
@@ -214,8 +251,11 @@ def run_training(algorithm: FederatedAlgorithm, task: Task, config: RunConfig,
       if round_callback is not None:
         round_callback(done, state, row)  # may add columns to the row
       history.append(row)
-      if csv_manager is not None:
-        asyncio.run(_release(csv_manager, tb_manager, row, done))
+      if csv_writer is not None:
+        scalars = {k: v for k, v in row.items() if isinstance(v, (int, float))}
+        csv_writer.append(scalars)
+        asyncio.run(tb_manager.release(
+            {k: v for k, v in scalars.items() if k != 'round'}, key=done))
       if state_manager is not None and (
           done % config.rounds_per_checkpoint == 0 or done == config.total_rounds):
         asyncio.run(state_manager.save(state, done))
@@ -264,13 +304,6 @@ def run_training(algorithm: FederatedAlgorithm, task: Task, config: RunConfig,
 
 
 def _read_csv_rows(path: str) -> list[dict[str, Any]]:
-  import csv
   with open(path, newline='') as f:
     return [{k: float(v) for k, v in row.items() if v not in ('', None)}
             for row in csv.DictReader(f)]
-
-
-async def _release(csv_manager, tb_manager, row, key):
-  scalars = {k: v for k, v in row.items() if isinstance(v, (int, float))}
-  await csv_manager.release(scalars, key=key)
-  await tb_manager.release({k: v for k, v in scalars.items() if k != 'round'}, key=key)

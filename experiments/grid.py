@@ -1,0 +1,138 @@
+"""Hyperparameter grid over the trainer (paper 000 Tables 4-5 style searches).
+
+    python -m experiments.grid --task=digits --total_rounds=200 --rounds_per_eval=20 \
+      --local_steps=10 --grid='client_learning_rate=0.3,0.1;local_steps=3,10;local_steps_decay=1,0.99' \
+      --group_by=local_steps --select_last_rounds=100
+
+Every trainer flag is accepted and gives the base values; `--grid` lists
+`flag=v1,v2,...` groups separated by ';'. Each combination is one run in
+<root_output_dir>/<grid_name>/<combination> (resumable like the trainer). A
+run's score is the mean of `--select_metric` over the evaluations of its last
+`--select_last_rounds` rounds (paper 000: highest mean test accuracy over the
+last 500 rounds). Prints every run sorted by score, the best per `--group_by`
+value, and writes grid.csv.
+"""
+
+from __future__ import annotations
+
+import csv
+import itertools
+import os
+import sys
+
+from absl import app
+from absl import flags
+import numpy as np
+
+from experiments import common
+from experiments import flags as trainer_flags
+from experiments import report
+
+flags.DEFINE_string('grid', '', "Grid, e.g. 'client_learning_rate=1,0.1;local_steps=10,33'.")
+flags.DEFINE_string('grid_name', None, 'Directory name of the grid (default: the task).')
+flags.DEFINE_string('select_metric', 'eval/sparse_categorical_accuracy',
+                    'metrics.csv column to score runs by (higher is better).')
+flags.DEFINE_integer('select_last_rounds', 500, 'Score = mean over evals in this many final rounds.')
+flags.DEFINE_list('group_by', [], 'Report the best run for each value of these grid flags.')
+FLAGS = flags.FLAGS
+
+
+def parse_grid(spec: str) -> list[tuple[str, list[str]]]:
+  axes = []
+  for part in filter(None, (p.strip() for p in spec.split(';'))):
+    if '=' not in part:
+      raise ValueError(f'grid axis {part!r} is not flag=v1,v2')
+    name, values = part.split('=', 1)
+    name = name.strip()
+    if name not in FLAGS:
+      raise ValueError(f'unknown flag {name!r} in --grid')
+    vals = [v.strip() for v in values.split(',') if v.strip()]
+    if not vals:
+      raise ValueError(f'grid axis {name!r} has no values')
+    axes.append((name, vals))
+  if not axes:
+    raise ValueError('--grid is empty')
+  return axes
+
+
+def combination_name(combo: dict[str, str]) -> str:
+  return '_'.join(f'{k}={v}' for k, v in combo.items())
+
+
+def score(rows, metric: str, last_rounds: int) -> float:
+  if not rows:
+    return float('nan')
+  final = rows[-1]['round']
+  values = [r[metric] for r in rows if metric in r and r['round'] > final - last_rounds]
+  return float(np.mean(values)) if values else float('nan')
+
+
+def main(argv):
+  del argv
+  common.quiet_logs()
+  try:
+    axes = parse_grid(FLAGS.grid)
+    for g in FLAGS.group_by:
+      if g not in dict(axes):
+        raise ValueError(f'--group_by {g!r} is not a grid axis')
+    combos = [dict(zip([a for a, _ in axes], values))
+              for values in itertools.product(*[v for _, v in axes])]
+    for combo in combos:  # validate every combination before running any
+      for k, v in combo.items():
+        FLAGS[k].parse(v)
+      trainer_flags.validate()
+  except (ValueError, flags.Error) as e:
+    print(f'error: {e}', file=sys.stderr)
+    return 2
+
+  from tasks import get_task
+  from tff_algos import registry, runtime, training
+  grid_dir = os.path.join(FLAGS.root_output_dir, FLAGS.grid_name or f'grid_{FLAGS.task}')
+  results = []
+  tasks_cache = {}
+  with runtime.managed_context():
+    for i, combo in enumerate(combos):
+      for k, v in combo.items():
+        FLAGS[k].parse(v)
+      options, hp, _ = trainer_flags.validate()
+      if options not in tasks_cache:
+        tasks_cache[options] = get_task(FLAGS.task, options)
+      task = tasks_cache[options]
+      name = combination_name(combo)
+      out_dir = os.path.join(grid_dir, name)
+      print(f'[{i + 1}/{len(combos)}] {name}', flush=True)
+      algorithm = registry.build(FLAGS.algorithm, task.model_fn, hp)
+      result = training.run_training(algorithm, task, trainer_flags.run_config(out_dir),
+                                     extra_summary={'flags': trainer_flags.flag_values(),
+                                                    'grid': combo})
+      rows = report.read_metrics(os.path.join(out_dir, 'metrics.csv'))
+      results.append(dict(combo, score=score(rows, FLAGS.select_metric,
+                                             FLAGS.select_last_rounds),
+                          client_steps=result.summary['totals']['client_steps'],
+                          upload_bytes=result.summary['totals']['upload_bytes']))
+
+  results.sort(key=lambda r: -np.nan_to_num(r['score'], nan=-np.inf))
+  keys = [a for a, _ in axes]
+  header = keys + ['score', 'client_steps', 'upload_MB']
+  table = [[r[k] for k in keys] + [r['score'], int(r['client_steps']), r['upload_bytes'] / 1e6]
+           for r in results]
+  print(f'score = mean {FLAGS.select_metric} over the last {FLAGS.select_last_rounds} rounds')
+  print(report.format_table(header, table))
+  if FLAGS.group_by:
+    best = {}
+    for r in results:  # sorted: the first seen per group is its best
+      best.setdefault(tuple(r[g] for g in FLAGS.group_by), r)
+    print('best per ' + ', '.join(FLAGS.group_by) + ':')
+    print(report.format_table(header, [[r[k] for k in keys] + [
+        r['score'], int(r['client_steps']), r['upload_bytes'] / 1e6] for r in best.values()]))
+  os.makedirs(grid_dir, exist_ok=True)
+  with open(os.path.join(grid_dir, 'grid.csv'), 'w', newline='') as f:
+    writer = csv.DictWriter(f, fieldnames=keys + ['score', 'client_steps', 'upload_bytes'])
+    writer.writeheader()
+    writer.writerows(results)
+  print(f'grid: {os.path.join(grid_dir, "grid.csv")}')
+  return 0
+
+
+if __name__ == '__main__':
+  app.run(main)

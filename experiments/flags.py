@@ -56,6 +56,9 @@ flags.DEFINE_integer('total_rounds', 100, 'Number of rounds.')
 flags.DEFINE_integer('clients_per_round', 10, 'Clients sampled per round (M).')
 flags.DEFINE_integer('rounds_per_eval', 10, 'Evaluate every this many rounds.')
 flags.DEFINE_integer('rounds_per_checkpoint', 10, 'Checkpoint every this many rounds.')
+flags.DEFINE_enum('shuffle', 'rr', ['rr', 'so', 'none'],
+                  "Client example order: 'rr' reshuffled every round, 'so' shuffled "
+                  "once per client for the whole run, 'none' as stored.")
 flags.DEFINE_integer('seed', 0, 'Seed of sampling, shuffling, init and data splits.')
 flags.DEFINE_string('root_output_dir', 'runs', 'Root of experiment directories.')
 flags.DEFINE_string('experiment_name', None,
@@ -96,7 +99,8 @@ def run_config(output_dir) -> RunConfig:
                    clients_per_round=FLAGS.clients_per_round, seed=FLAGS.seed,
                    rounds_per_eval=FLAGS.rounds_per_eval,
                    rounds_per_checkpoint=FLAGS.rounds_per_checkpoint,
-                   output_dir=output_dir, progress=FLAGS.progress)
+                   output_dir=output_dir, progress=FLAGS.progress,
+                   shuffle=FLAGS.shuffle)
 
 
 def validate():

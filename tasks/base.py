@@ -44,13 +44,17 @@ class Task:
   def client_ids(self) -> list[str]:
     return list(self.train_data.client_ids)
 
-  def client_dataset(self, client_id: str, shuffle_seed: Optional[int] = None
-                     ) -> tf.data.Dataset:
-    """Batched one-epoch dataset of a client, its raw examples shuffled by seed."""
+  def client_dataset(self, client_id: str, shuffle_seed: Optional[int] = None,
+                     reshuffle_each_epoch: bool = True) -> tf.data.Dataset:
+    """Batched one-epoch dataset of a client, its raw examples shuffled by seed.
+
+    When the round repeats the dataset (K steps > one epoch), each further pass
+    is reshuffled (deterministically) unless `reshuffle_each_epoch` is False.
+    """
     ds = self.train_data.create_tf_dataset_for_client(client_id)
     if shuffle_seed is not None and self.shuffle:
       ds = ds.shuffle(_SHUFFLE_BUFFER, seed=shuffle_seed,
-                      reshuffle_each_iteration=True)
+                      reshuffle_each_iteration=reshuffle_each_epoch)
     return self.preprocess_fn(ds)
 
 

@@ -30,6 +30,7 @@ from tff_algos.core import client_work as client_work_lib
 from tff_algos.core import optimizers
 from tff_algos.core import schedules
 from tff_algos.core.algorithm import FederatedAlgorithm
+from tff_algos.hparams import AlgorithmSpec, HParams
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,3 +110,29 @@ def build_fedsgd(model_fn, server_optimizer: optimizers.OptimizerSpec =
                         server_optimizer=server_optimizer, local_steps=1,
                         server_lr_decay=server_lr_decay)
   return build_fedopt(model_fn, config, name='fedsgd')
+
+
+# Trainer integration: flag values (HParams) -> config, in one place.
+def _fedopt_config(hp: HParams) -> FedOptConfig:
+  return FedOptConfig(
+      client_optimizer=hp.client_optimizer_spec(),
+      server_optimizer=hp.server_optimizer_spec(),
+      local_steps=hp.local_steps, epochs=hp.client_epochs_per_round,
+      local_steps_decay=hp.local_steps_decay, client_lr_decay=hp.client_lr_decay,
+      server_lr_decay=hp.server_lr_decay, uniform_weighting=hp.uniform_weighting)
+
+
+def _build_fedavg(model_fn, hp: HParams) -> FederatedAlgorithm:
+  return build_fedopt(model_fn, _fedopt_config(hp), name='fedavg')
+
+
+def _build_fedsgd(model_fn, hp: HParams) -> FederatedAlgorithm:
+  return build_fedsgd(model_fn, hp.server_optimizer_spec(), hp.server_lr_decay)
+
+
+ALGORITHM_SPECS = (
+    AlgorithmSpec('fedavg', _build_fedavg, _fedopt_config,
+                  'FedAvg/FedOpt: K steps or E epochs, any server optimizer'),
+    AlgorithmSpec('fedsgd', _build_fedsgd, lambda hp: hp.server_optimizer_spec(),
+                  'FedSGD: one gradient per client, server optimizer step'),
+)

@@ -25,6 +25,7 @@ import json
 import math
 import os
 import time
+import zlib
 from typing import Any, Callable, Optional
 
 import numpy as np
@@ -45,6 +46,10 @@ class RunConfig:
   rounds_per_checkpoint: int = 10
   output_dir: Optional[str] = None   # None: keep nothing on disk
   progress: bool = True
+  # How a client's examples are ordered each round: 'rr' a fresh permutation
+  # every round (random reshuffling), 'so' one permutation per client for the
+  # whole run (shuffle-once), 'none' the dataset's own order.
+  shuffle: str = 'rr'
 
   def __post_init__(self):
     if self.total_rounds < 0:
@@ -53,6 +58,8 @@ class RunConfig:
       raise ValueError(f'clients_per_round must be >= 1, got {self.clients_per_round}')
     if self.rounds_per_eval < 0 or self.rounds_per_checkpoint < 1:
       raise ValueError('rounds_per_eval must be >= 0 and rounds_per_checkpoint >= 1')
+    if self.shuffle not in ('rr', 'so', 'none'):
+      raise ValueError(f"shuffle must be 'rr', 'so' or 'none', got {self.shuffle!r}")
 
 
 @dataclasses.dataclass
@@ -76,8 +83,17 @@ def sample_clients(client_ids: list[str], clients_per_round: int, seed: int,
                                             replace=False)]
 
 
-def shuffle_seed(seed: int, round_num: int, slot: int) -> int:
-  return int(np.random.default_rng([seed, round_num, slot, 1]).integers(2**31 - 1))
+def shuffle_seed(mode: str, seed: int, round_num: int, client_id: str) -> Optional[int]:
+  """Seed of a client's example order in a round (None: no shuffling).
+
+  'rr': a function of (seed, round, client); 'so': of (seed, client) only, so
+  the same permutation is used in every round, across resumes too.
+  """
+  if mode == 'none':
+    return None
+  cid = zlib.crc32(client_id.encode())
+  key = [seed, cid, 2] if mode == 'so' else [seed, round_num, cid, 1]
+  return int(np.random.default_rng(key).integers(2**31 - 1))
 
 
 def flatten_metrics(metrics, prefix: str = '') -> dict[str, Any]:
@@ -233,8 +249,9 @@ def run_training(algorithm: FederatedAlgorithm, task: Task, config: RunConfig,
       t0 = time.perf_counter()
       cohort = sample_clients(client_ids, config.clients_per_round, config.seed,
                               round_num)
-      data = [task.client_dataset(cid, shuffle_seed(config.seed, round_num, slot))
-              for slot, cid in enumerate(cohort)]
+      data = [task.client_dataset(
+          cid, shuffle_seed(config.shuffle, config.seed, round_num, cid),
+          reshuffle_each_epoch=config.shuffle == 'rr') for cid in cohort]
       output = process.next(state, data)
       state = output.state
       row = {'round': round_num + 1}

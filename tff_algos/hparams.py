@@ -1,0 +1,56 @@
+"""Algorithm-facing hyperparameters, named as the trainer's flags.
+
+Every algorithm builder reads what it needs from one `HParams`; the trainer's
+flags fill it (`experiments/flags.py`). Add a field here (with a default) and a
+flag of the same name there when an algorithm needs a new knob.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Optional
+
+from tff_algos.core import optimizers
+from tff_algos.core.algorithm import FederatedAlgorithm
+
+
+@dataclasses.dataclass(frozen=True)
+class HParams:
+  """Algorithm-facing hyperparameters (flag names of the trainer)."""
+  client_optimizer: str = 'sgd'
+  client_learning_rate: float = 0.1
+  client_momentum: Optional[float] = None
+  server_optimizer: str = 'sgd'
+  server_learning_rate: float = 1.0
+  server_momentum: Optional[float] = None
+  server_beta_1: Optional[float] = None
+  server_beta_2: Optional[float] = None
+  server_epsilon: Optional[float] = None
+  server_initial_accumulator: Optional[float] = None
+  client_epochs_per_round: int = 1
+  local_steps: Optional[int] = None
+  local_steps_decay: float = 1.0
+  client_lr_decay: float = 1.0
+  server_lr_decay: float = 1.0
+  uniform_weighting: bool = False
+
+  def client_optimizer_spec(self) -> optimizers.OptimizerSpec:
+    return optimizers.OptimizerSpec(self.client_optimizer, self.client_learning_rate,
+                                    momentum=self.client_momentum)
+
+  def server_optimizer_spec(self) -> optimizers.OptimizerSpec:
+    return optimizers.OptimizerSpec(
+        self.server_optimizer, self.server_learning_rate,
+        momentum=self.server_momentum, beta_1=self.server_beta_1,
+        beta_2=self.server_beta_2, epsilon=self.server_epsilon,
+        initial_accumulator=self.server_initial_accumulator)
+
+
+@dataclasses.dataclass(frozen=True)
+class AlgorithmSpec:
+  name: str
+  build: Callable[[Any, HParams], FederatedAlgorithm]
+  check: Callable[[HParams], Any]   # validates hparams cheaply (raises ValueError)
+  description: str
+
+

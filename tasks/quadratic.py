@@ -132,3 +132,70 @@ def build_quadratic(num_runs: int = 1, num_clients: int = DEFAULT_CLIENTS,
       model_fn=lambda: QuadraticModel(num_runs, x_init), shuffle=False,
       info=dict(model='scalar', num_train_clients=num_clients, num_runs=num_runs,
                 x_star=true_minimiser(), source='generated'))
+
+
+class QuadraticFormModel(tff.learning.models.VariableModel):
+  """x in R^d; example (A, c); loss 1/2 (x - c)^T A (x - c), batch-averaged.
+
+  With one example per client, a client's minibatch gradient is its full
+  gradient A_i (x - c_i): the setting of paper 002's exact quadratic theory.
+  """
+
+  def __init__(self, dim: int, x_init=None):
+    init = np.zeros(dim, np.float32) if x_init is None else np.asarray(x_init, np.float32)
+    self._dim = dim
+    self._x = tf.Variable(init, name='x')
+    self._loss_sum = tf.Variable(0.0, trainable=False)
+    self._count = tf.Variable(0.0, trainable=False)
+
+  trainable_variables = property(lambda self: [self._x])
+  non_trainable_variables = property(lambda self: [])
+  local_variables = property(lambda self: [self._loss_sum, self._count])
+
+  @property
+  def input_spec(self):
+    return collections.OrderedDict(
+        A=tf.TensorSpec([None, self._dim, self._dim], tf.float32),
+        c=tf.TensorSpec([None, self._dim], tf.float32))
+
+  @tf.function
+  def predict_on_batch(self, x, training=True):
+    del training
+    return x
+
+  @tf.function
+  def forward_pass(self, batch_input, training=True):
+    r = self._x[None, :] - batch_input['c']                        # [B, d]
+    per = 0.5 * tf.einsum('bi,bij,bj->b', r, batch_input['A'], r)  # [B]
+    loss = tf.reduce_mean(per)
+    n = tf.shape(r)[0]
+    self._loss_sum.assign_add(tf.reduce_sum(per))
+    self._count.assign_add(tf.cast(n, tf.float32))
+    return tff.learning.models.BatchOutput(loss=loss, predictions=r, num_examples=n)
+
+  @tf.function
+  def report_local_unfinalized_metrics(self):
+    return collections.OrderedDict(loss=[self._loss_sum, self._count])
+
+  def metric_finalizers(self):
+    return collections.OrderedDict(
+        loss=tf.function(lambda v: tf.math.divide_no_nan(v[0], v[1])))
+
+  @tf.function
+  def reset_metrics(self):
+    self._loss_sum.assign(0.0)
+    self._count.assign(0.0)
+
+
+def build_quadratic_form(a: np.ndarray, c: np.ndarray, x_init=None) -> base.Task:
+  """Client i holds the single example (a[i], c[i]) (a: [N, d, d], c: [N, d])."""
+  a = np.asarray(a, np.float32)
+  c = np.asarray(c, np.float32)
+  dim = c.shape[1]
+  train = partition.to_client_data(collections.OrderedDict(A=a, c=c),
+                                   [np.array([k]) for k in range(len(c))])
+  return base.Task(name='quadratic_form', train_data=train,
+                   preprocess_fn=lambda ds: ds.batch(1),
+                   model_fn=lambda: QuadraticFormModel(dim, x_init), shuffle=False,
+                   info=dict(model='quadratic_form', num_train_clients=len(c), dim=dim,
+                             source='generated'))

@@ -27,6 +27,7 @@ import tensorflow_federated as tff
 
 from tff_algos.core import accounting
 from tff_algos.core import client_work as client_work_lib
+from tff_algos.core import composition
 from tff_algos.core import optimizers
 from tff_algos.core import schedules
 from tff_algos.core.algorithm import FederatedAlgorithm
@@ -82,21 +83,27 @@ def build_fedopt(model_fn: Callable[[], tff.learning.models.VariableModel],
 
 def compose(name: str, model_fn, work: client_work_lib.ClientWork,
             server_optimizer: tff.learning.optimizers.Optimizer,
-            aggregator: Optional[tff.aggregators.WeightedAggregationFactory] = None
-            ) -> FederatedAlgorithm:
-  """Distributor + client work + weighted mean + optimiser finalizer."""
+            aggregator: Optional[tff.aggregators.WeightedAggregationFactory] = None,
+            server_learning_rate_fn: Optional[Callable] = None) -> FederatedAlgorithm:
+  """Distributor + client work + weighted mean + optimiser finalizer.
+
+  `server_learning_rate_fn(client_work_state)`, if given, sets the server
+  optimiser's learning rate each round (`core.composition`).
+  """
   initial_weights = initial_weights_computation(model_fn)
   weights_type = initial_weights.type_signature.result
   result_type = work.process.next.type_signature.result.result.member
   aggregator = (aggregator or tff.aggregators.MeanFactory()).create(
       result_type.update, result_type.update_weight)
-  process = tff.learning.templates.compose_learning_process(
-      initial_weights,
-      tff.learning.templates.build_broadcast_process(weights_type),
-      work.process,
-      aggregator,
-      tff.learning.templates.build_apply_optimizer_finalizer(
-          server_optimizer, weights_type))
+  parts = (initial_weights,
+           tff.learning.templates.build_broadcast_process(weights_type),
+           work.process, aggregator,
+           tff.learning.templates.build_apply_optimizer_finalizer(
+               server_optimizer, weights_type))
+  if server_learning_rate_fn is None:
+    process = tff.learning.templates.compose_learning_process(*parts)
+  else:
+    process = composition.compose_with_server_lr(*parts, server_learning_rate_fn)
   return FederatedAlgorithm(
       name=name, process=process,
       traffic=accounting.client_traffic(work.client_computation, weights_type))

@@ -1,15 +1,19 @@
 """A `tff.learning.templates.ClientWorkProcess` around the shared local loop.
 
-Its server state is the round number t. Each round the server computes the
-round's client hyperparameters from t (gamma_t, K_t: `schedules`), broadcasts
-them with the model, and every client runs `local_training.run_local_training`.
+Its server state is a *schedule state*: for `ClientSchedule` the round number t
+(gamma_t, K_t are functions of t: `schedules`); for a plateau schedule
+(LocalUpdateDecay) the ReduceLROnPlateau states. Each round the server derives
+the round's client hyperparameters from it, broadcasts them with the model, and
+every client runs `local_training.run_local_training` (after measuring its loss
+at x_t on its whole dataset, if the schedule asks for it).
 What a client sends back is chosen by the algorithm through `ClientOutputFn`
 (the FedAvg delta, a Theta-weighted gradient sum, ...), so algorithms that
 differ only in that choice share this whole process.
 
 Measurements per round: the model's training metrics (TFF's
 `sum_then_finalize`), `client_steps` (total local steps taken this round),
-`client_learning_rate`, `local_steps` (K_t), `non_finite_clients`.
+`client_learning_rate`, `local_steps` (K_t), `non_finite_clients`, and
+`pre_training_loss` when measured.
 """
 
 from __future__ import annotations
@@ -41,11 +45,24 @@ class ClientSchedule:
   local_steps: Optional[schedules.LocalSteps] = None  # None: epochs mode
   epochs: int = 1
 
+  # The schedule protocol used by `build_client_work`:
+  needs_pre_training_loss = False
+
   def __post_init__(self):
     if self.local_steps is None and self.epochs < 1:
       raise ValueError(f'client epochs must be >= 1, got {self.epochs}')
 
-  def hparams(self, round_num):
+  def initial_state(self):
+    return collections.OrderedDict(round_num=tf.constant(0, tf.int32))
+
+  def hparams(self, state):
+    return self.hparams_at(state['round_num'])
+
+  def next_state(self, state, pre_training_loss=None):
+    del pre_training_loss
+    return collections.OrderedDict(round_num=state['round_num'] + 1)
+
+  def hparams_at(self, round_num):
     """The round's broadcast hyperparameters (works on tensors and ints)."""
     if self.local_steps is None:
       num_steps, num_epochs = -1, self.epochs
@@ -102,21 +119,33 @@ def build_client_work(
   base_hparams = client_optimizer.get_hparams(
       client_optimizer.initialize(tf.TensorSpec((), tf.float32)))
 
+  pre_loss = schedule.needs_pre_training_loss
+  by_examples = client_weighting == tff.learning.ClientWeighting.NUM_EXAMPLES
+
   @tff.tensorflow.computation
   def initial_state():
-    return collections.OrderedDict(round_num=tf.constant(0, tf.int32))
+    return schedule.initial_state()
 
   state_type = initial_state.type_signature.result
 
   @tff.tensorflow.computation(state_type)
   def round_hparams(state):
-    return schedule.hparams(state['round_num'])
+    return schedule.hparams(state)
 
-  @tff.tensorflow.computation(state_type)
-  def next_state(state):
-    return collections.OrderedDict(round_num=state['round_num'] + 1)
+  if pre_loss:
+    @tff.tensorflow.computation(state_type, tf.float32)
+    def next_state(state, loss):
+      return schedule.next_state(state, loss)
+  else:
+    @tff.tensorflow.computation(state_type)
+    def next_state(state):
+      return schedule.next_state(state)
 
   hparams_type = round_hparams.type_signature.result
+
+  server_lr = None
+  if hasattr(schedule, 'server_learning_rate'):
+    server_lr = tff.tensorflow.computation(schedule.server_learning_rate, state_type)
 
   @tff.tensorflow.computation(hparams_type, weights_type, data_type)
   def client_update(hparams, initial_weights, dataset):
@@ -126,6 +155,9 @@ def build_client_work(
 
     @tf.function
     def train(hparams, initial_weights, dataset):
+      if pre_loss:  # the loss at x_t, before any local step
+        loss_before, examples_before = local_training.mean_loss(
+            model, initial_weights, dataset)
       opt_hparams = collections.OrderedDict(base_hparams)
       opt_hparams[tff.learning.optimizers.LEARNING_RATE_KEY] = tf.cast(
           hparams['learning_rate'], tf.float32)
@@ -147,6 +179,9 @@ def build_client_work(
       stats = collections.OrderedDict(
           num_steps=outcome.num_steps,
           non_finite=tf.cast(tf.logical_not(finite), tf.int32))
+      if pre_loss:
+        stats['pre_training_loss'] = loss_before
+        stats['pre_training_examples'] = tf.cast(examples_before, tf.float32)
       return (tff.learning.templates.ClientResult(update=update, update_weight=weight),
               model.report_local_unfinalized_metrics(), stats)
 
@@ -164,15 +199,24 @@ def build_client_work(
     hparams = tff.federated_map(round_hparams, state)
     result, model_metrics, stats = tff.federated_map(
         client_update, (tff.federated_broadcast(hparams), weights, client_data))
-    totals = tff.federated_sum(stats)
-    measurements = tff.federated_zip(collections.OrderedDict(
+    measurements = collections.OrderedDict(
         train=metrics_aggregation_fn(model_metrics),
-        client_steps=totals.num_steps,
-        non_finite_clients=totals.non_finite,
+        client_steps=tff.federated_sum(stats.num_steps),
+        non_finite_clients=tff.federated_sum(stats.non_finite),
         client_learning_rate=hparams.learning_rate,
-        local_steps=hparams.num_steps))
+        local_steps=hparams.num_steps)
+    if server_lr is not None:
+      measurements['server_learning_rate'] = tff.federated_map(server_lr, state)
+    if pre_loss:
+      loss = tff.federated_mean(
+          stats.pre_training_loss,
+          weight=stats.pre_training_examples if by_examples else None)
+      measurements['pre_training_loss'] = loss
+      new_state = tff.federated_map(next_state, (state, loss))
+    else:
+      new_state = tff.federated_map(next_state, state)
     return tff.templates.MeasuredProcessOutput(
-        tff.federated_map(next_state, state), result, measurements)
+        new_state, result, tff.federated_zip(measurements))
 
   return ClientWork(tff.learning.templates.ClientWorkProcess(init_fn, next_fn),
                     client_update)

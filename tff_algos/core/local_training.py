@@ -136,3 +136,27 @@ def run_local_training(
     finite = all_finite(delta)
   return LocalOutcome(delta=delta, grad_sum=grad_sum, num_examples=num_examples,
                       num_steps=steps, finite=finite)
+
+
+def mean_loss(model: tff.learning.models.VariableModel, weights: Any,
+              dataset: tf.data.Dataset):
+  """Example-weighted mean loss of `weights` over one pass of `dataset`.
+
+  Leaves the model's metrics reset, so training metrics that follow only count
+  training. Returns (mean loss float32, number of examples int64).
+  """
+  assign_weights(model, weights)
+
+  def add(carry, batch):
+    total, count = carry
+    output = model.forward_pass(batch, training=False)
+    n = (tf.shape(output.predictions, out_type=tf.int64)[0]
+         if output.num_examples is None else tf.cast(output.num_examples, tf.int64))
+    return (total + tf.cast(output.loss, tf.float64) * tf.cast(n, tf.float64),
+            count + n)
+
+  total, count = dataset.reduce(
+      (tf.constant(0.0, tf.float64), tf.constant(0, tf.int64)), add)
+  model.reset_metrics()
+  return (tf.cast(tf.math.divide_no_nan(total, tf.cast(count, tf.float64)),
+                  tf.float32), count)

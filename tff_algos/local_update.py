@@ -1,0 +1,211 @@
+"""LocalUpdate and LocalUpdateDecay (Charles & Konecny, "On the Outsized
+Importance of Learning Rates in Local Update Methods", paper 002).
+
+LocalUpdate(x, eta, gamma, Theta), round t, cohort S_t:
+  client i:  x_1 = x_t;  for k = 1..K(Theta):  g_k = grad f_i(x_k; batch_k)
+                                              x_{k+1} = x_k - gamma g_k
+             sends q_i = sum_k theta_k g_k          (raw minibatch gradients)
+  server:    q_t = mean_i q_i;   x_{t+1} = x_t - eta q_t   (or ServerOpt(eta) on q_t)
+Presets: Theta_{1:K} = (1,..,1) FedAvg/Reptile (q_i = (x_t - x_{K+1})/gamma, so
+eta = gamma gives FedAvg with server lr 1); Theta_K = e_K first-order MAML;
+Theta_{2K+1} = e_{2K+1} K-MAML (quadratic case); Theta_1 = (1) minibatch SGD.
+
+LocalUpdateDecay (Alg. 3-4): each sampled client first measures l_i, its loss
+at x_t on its whole local dataset; the server averages them (l_t) and feeds a
+ReduceLROnPlateau (`core.plateau`) per learning rate: after P rounds without
+the W-round moving average improving by more than Delta, gamma <- alpha gamma
+and eta <- beta eta, then C rounds of cooldown (also at the start). Paper
+defaults: Delta = 1e-4, alpha = 0.1, beta = 0.9, P = W = C = 100.
+`reference_semantics=True` follows the authors' code (window starts at +inf,
+example-weighted mean of l_i and of q_i); the default follows the paper
+(moving average over the rounds seen so far, unweighted means).
+
+The plateau states live in the client work's server state and the server
+optimiser's learning rate is set from them each round through TFF's
+`set_hparams`, so everything is checkpointed with the learning process.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+from typing import Optional, Sequence, Union
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tff_algos import fedopt
+from tff_algos.core import client_work as client_work_lib
+from tff_algos.core import optimizers
+from tff_algos.core import plateau
+from tff_algos.core import schedules
+from tff_algos.core.algorithm import FederatedAlgorithm
+from tff_algos.hparams import AlgorithmSpec, HParams
+
+PRESETS = ('reptile', 'fomaml', 'kmaml', 'minibatch_sgd')
+
+
+def theta_preset(name: str, k: int) -> np.ndarray:
+  """Theta for a named preset with K local steps (K-MAML runs 2K + 1 steps)."""
+  if k < 1:
+    raise ValueError(f'K must be >= 1, got {k}')
+  if name == 'reptile':
+    return np.ones(k, np.float32)
+  if name == 'fomaml':
+    return np.eye(k, dtype=np.float32)[-1]
+  if name == 'kmaml':
+    return np.eye(2 * k + 1, dtype=np.float32)[-1]
+  if name == 'minibatch_sgd':
+    return np.ones(1, np.float32)
+  raise ValueError(f'unknown Theta preset {name!r}; choose one of {PRESETS}')
+
+
+def parse_theta(spec: Union[str, Sequence[float]], k: int) -> np.ndarray:
+  """A preset name or explicit weights ('1,0,0.5'); trailing zeros dropped."""
+  if isinstance(spec, str) and spec in PRESETS:
+    theta = theta_preset(spec, k)
+  else:
+    values = spec.split(',') if isinstance(spec, str) else spec
+    try:
+      theta = np.asarray([float(v) for v in values], np.float32)
+    except ValueError:
+      raise ValueError(f'--theta must be one of {PRESETS} or comma-separated '
+                       f'numbers, got {spec!r}') from None
+  if theta.ndim != 1 or not theta.size or (theta < 0).any() or not (theta > 0).any():
+    raise ValueError(f'Theta needs non-negative weights with one > 0, got {spec!r}')
+  return theta[:np.flatnonzero(theta)[-1] + 1]
+
+
+@dataclasses.dataclass(frozen=True)
+class LocalUpdateConfig:
+  theta: tuple[float, ...]
+  client_learning_rate: float = 0.1                 # gamma
+  server_optimizer: optimizers.OptimizerSpec = optimizers.OptimizerSpec('sgd', 0.1)
+  example_weighted: bool = False                    # q_t, l_t: mean or n_i-weighted
+
+  def __post_init__(self):
+    parse_theta(list(self.theta), 1)
+    if self.client_learning_rate < 0:
+      raise ValueError('client learning rate must be >= 0')
+
+
+@dataclasses.dataclass(frozen=True)
+class DecayConfig:
+  """LocalUpdateDecay's plateau rule (paper defaults)."""
+  min_delta: float = 1e-4          # Delta
+  client_decay: float = 0.1        # alpha
+  server_decay: float = 0.9        # beta
+  patience: int = 100              # P
+  window: int = 100                # W
+  cooldown: int = 100              # C
+  reference_semantics: bool = False
+
+  def plateau(self, lr: float, factor: float) -> plateau.PlateauConfig:
+    return plateau.PlateauConfig(
+        initial_lr=lr, decay_factor=factor, min_delta=self.min_delta,
+        window_size=self.window, patience=self.patience, cooldown=self.cooldown,
+        window_fill='reference' if self.reference_semantics else 'partial')
+
+
+@dataclasses.dataclass(frozen=True)
+class PlateauSchedule:
+  """Client-work schedule whose gamma and eta follow two plateau states."""
+  client: plateau.PlateauConfig
+  server: plateau.PlateauConfig
+  num_steps: int
+  needs_pre_training_loss = True
+
+  def initial_state(self):
+    return collections.OrderedDict(client=plateau.initial_state(self.client),
+                                   server=plateau.initial_state(self.server))
+
+  def hparams(self, state):
+    return collections.OrderedDict(
+        learning_rate=state['client']['lr'],
+        num_steps=tf.constant(self.num_steps, tf.int32),
+        num_epochs=tf.constant(-1, tf.int32))
+
+  def next_state(self, state, pre_training_loss):
+    return collections.OrderedDict(
+        client=plateau.update(state['client'], pre_training_loss, self.client),
+        server=plateau.update(state['server'], pre_training_loss, self.server))
+
+  @staticmethod
+  def server_learning_rate(state):
+    return state['server']['lr']
+
+
+def gradient_sum(outcome, hparams):
+  del hparams
+  return outcome.grad_sum
+
+
+def _client_work(model_fn, config: LocalUpdateConfig, schedule):
+  theta = np.asarray(config.theta, np.float32)
+  return client_work_lib.build_client_work(
+      model_fn, tff.learning.optimizers.build_sgdm(config.client_learning_rate),
+      schedule, output_fn=gradient_sum, step_weights=theta,
+      client_weighting=(tff.learning.ClientWeighting.NUM_EXAMPLES
+                        if config.example_weighted else
+                        tff.learning.ClientWeighting.UNIFORM))
+
+
+def build_local_update(model_fn, config: LocalUpdateConfig,
+                       name: str = 'local_update') -> FederatedAlgorithm:
+  schedule = client_work_lib.ClientSchedule(
+      learning_rate=schedules.ExponentialDecay(config.client_learning_rate),
+      local_steps=schedules.LocalSteps(len(config.theta)))
+  return fedopt.compose(name, model_fn, _client_work(model_fn, config, schedule),
+                        config.server_optimizer.build())
+
+
+def build_local_update_decay(model_fn, config: LocalUpdateConfig,
+                             decay: DecayConfig = DecayConfig(),
+                             name: str = 'local_update_decay') -> FederatedAlgorithm:
+  schedule = PlateauSchedule(
+      client=decay.plateau(config.client_learning_rate, decay.client_decay),
+      server=decay.plateau(config.server_optimizer.learning_rate, decay.server_decay),
+      num_steps=len(config.theta))
+  if decay.reference_semantics and not config.example_weighted:
+    config = dataclasses.replace(config, example_weighted=True)
+  return fedopt.compose(name, model_fn, _client_work(model_fn, config, schedule),
+                        config.server_optimizer.build(),
+                        server_learning_rate_fn=schedule.server_learning_rate)
+
+
+# Trainer integration: flag values (HParams) -> configs, in one place.
+def _config(hp: HParams, theta: Optional[str] = None) -> LocalUpdateConfig:
+  k = hp.local_steps or 10
+  return LocalUpdateConfig(
+      theta=tuple(parse_theta(theta or hp.theta, k).tolist()),
+      client_learning_rate=hp.client_learning_rate,
+      server_optimizer=hp.server_optimizer_spec(),
+      example_weighted=not hp.uniform_weighting and hp.decay_reference_semantics)
+
+
+def _decay(hp: HParams) -> DecayConfig:
+  return DecayConfig(min_delta=hp.decay_min_delta, client_decay=hp.client_lr_decay_factor,
+                     server_decay=hp.server_lr_decay_factor, patience=hp.decay_patience,
+                     window=hp.decay_window, cooldown=hp.decay_cooldown,
+                     reference_semantics=hp.decay_reference_semantics)
+
+
+def _spec(name: str, preset: Optional[str], description: str) -> AlgorithmSpec:
+  return AlgorithmSpec(
+      name, lambda model_fn, hp: build_local_update(model_fn, _config(hp, preset), name),
+      lambda hp: _config(hp, preset), description)
+
+
+ALGORITHM_SPECS = (
+    _spec('local_update', None, 'LocalUpdate with --theta (preset or weights), server optimizer'),
+    _spec('reptile', 'reptile', 'LocalUpdate, Theta_{1:K}: FedAvg/Reptile (q in gradient units)'),
+    _spec('fomaml', 'fomaml', 'LocalUpdate, Theta_K: first-order MAML'),
+    _spec('kmaml', 'kmaml', 'LocalUpdate, Theta_{2K+1}: K-MAML'),
+    _spec('minibatch_sgd', 'minibatch_sgd', 'LocalUpdate, Theta_1: distributed minibatch SGD'),
+    AlgorithmSpec('local_update_decay',
+                  lambda model_fn, hp: build_local_update_decay(
+                      model_fn, _config(hp), _decay(hp)),
+                  lambda hp: (_config(hp), _decay(hp).plateau(1.0, 0.5)),
+                  'LocalUpdateDecay: plateau decay of gamma and eta on the pre-training loss'),
+)

@@ -83,6 +83,7 @@ class LocalUpdateConfig:
   client_learning_rate: float = 0.1                 # gamma
   server_optimizer: optimizers.OptimizerSpec = optimizers.OptimizerSpec('sgd', 0.1)
   example_weighted: bool = False                    # q_t, l_t: mean or n_i-weighted
+  measure_pre_training_loss: bool = False           # LocalUpdate: report l_t too
 
   def __post_init__(self):
     parse_theta(list(self.theta), 1)
@@ -155,7 +156,8 @@ def build_local_update(model_fn, config: LocalUpdateConfig,
                        name: str = 'local_update') -> FederatedAlgorithm:
   schedule = client_work_lib.ClientSchedule(
       learning_rate=schedules.ExponentialDecay(config.client_learning_rate),
-      local_steps=schedules.LocalSteps(len(config.theta)))
+      local_steps=schedules.LocalSteps(len(config.theta)),
+      needs_pre_training_loss=config.measure_pre_training_loss)
   return fedopt.compose(name, model_fn, _client_work(model_fn, config, schedule),
                         config.server_optimizer.build())
 

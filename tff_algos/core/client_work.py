@@ -44,9 +44,8 @@ class ClientSchedule:
   learning_rate: schedules.ExponentialDecay
   local_steps: Optional[schedules.LocalSteps] = None  # None: epochs mode
   epochs: int = 1
-
-  # The schedule protocol used by `build_client_work`:
-  needs_pre_training_loss = False
+  # Also measure each client's loss at x_t before training (a metric only).
+  needs_pre_training_loss: bool = False
 
   def __post_init__(self):
     if self.local_steps is None and self.epochs < 1:

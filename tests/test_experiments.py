@@ -1,0 +1,46 @@
+"""Experiment binaries end to end (small settings)."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tff_algos.core import schedules
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def run_module(module, *args, timeout=900):
+  res = subprocess.run([sys.executable, '-m', module, *args, '--noprogress'], cwd=ROOT,
+                       env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True,
+                       text=True, timeout=timeout)
+  assert res.returncode == 0, res.stderr[-3000:]
+  return res.stdout, json.loads(res.stdout.strip().splitlines()[-1])
+
+
+def test_quadratic_toy_prints_json_and_figure(tmp_path):
+  out, js = run_module('experiments.quadratic_toy', '--rounds=25', '--seeds=3',
+                       '--runs=const_k10,decay_k,decay_gamma', '--server_learning_rate=1',
+                       '--num_clients=500', f'--output_dir={tmp_path}')
+  assert set(js) >= {'x_star', 'surrogate_minimiser', 'final_x', 'client_steps'}
+  assert js['x_star'] == pytest.approx(0.52337, abs=1e-5)
+  assert js['surrogate_minimiser']['10'] == pytest.approx(0.55703, abs=1e-5)
+  assert js['client_steps'] == {'const_k10': 250, 'decay_k': schedules.LocalSteps(10, 0.995).total(25),
+                                'decay_gamma': 250}
+  assert set(js['final_x']) == {'const_k10', 'decay_k', 'decay_gamma'}
+  assert all(0.3 < v < 0.8 for v in js['final_x'].values())
+  assert os.path.exists(tmp_path / 'figure1.png')
+  assert 'minus_x*' in out
+
+
+@pytest.mark.slow
+def test_local_update_decay_figure_pipeline(tmp_path):
+  _, js = run_module('experiments.local_update_decay', '--figure=fig8',
+                     '--tasks=emnist_character', '--use_synthetic_data', '--rounds=3',
+                     '--gammas=1,0.1', '--etas=0.1,1', '--select_last_rounds=2',
+                     '--decay_window=1', f'--root_output_dir={tmp_path}')
+  curves = js['tail_loss']['emnist_character']
+  assert set(curves) == {'gamma=1', 'gamma=0.1', 'LocalUpdateDecay'}
+  assert os.path.exists(tmp_path / 'fig8' / 'emnist_character.png')

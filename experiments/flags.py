@@ -29,6 +29,12 @@ flags.DEFINE_integer('num_clients', None, 'Clients to split a centralised datase
                      '(or to subsample from a federated one).')
 flags.DEFINE_float('dirichlet_alpha', 0.5, 'Label-skew concentration for split datasets.')
 flags.DEFINE_integer('client_batch_size', 20, 'Client minibatch size B.')
+flags.DEFINE_enum('partition', 'iid', ['iid', 'sorted', 'dirichlet'],
+                  'How a centralised dataset is split (logistic, cifar10_lenet): '
+                  "'sorted' = label-sorted contiguous shards.")
+flags.DEFINE_string('libsvm_path', None, 'LIBSVM-format file for --task=logistic '
+                    '(default: the embedded scikit-learn breast-cancer set).')
+flags.DEFINE_float('l2_reg', None, 'l2 regularisation lambda (logistic; default L/n).')
 
 # Algorithm.
 flags.DEFINE_string('algorithm', 'fedavg', 'Algorithm name (see --list_algorithms).')
@@ -50,6 +56,21 @@ flags.DEFINE_float('local_steps_decay', 1.0, 'd_K: K_t = ceil(K_0 d_K^t).')
 flags.DEFINE_float('client_lr_decay', 1.0, 'd_gamma: gamma_t = gamma_0 d_gamma^t.')
 flags.DEFINE_float('server_lr_decay', 1.0, 'd_eta: eta_t = eta_0 d_eta^t.')
 flags.DEFINE_bool('uniform_weighting', False, 'Weight clients equally (not by examples).')
+# LocalUpdate / LocalUpdateDecay (paper 002).
+flags.DEFINE_string('theta', 'reptile', 'LocalUpdate step weights: reptile, fomaml, kmaml, '
+                    'minibatch_sgd (K = --local_steps, default 10) or numbers "1,0,0.5".')
+flags.DEFINE_float('decay_min_delta', 1e-4, 'LocalUpdateDecay: improvement threshold Delta.')
+flags.DEFINE_float('client_lr_decay_factor', 0.1, 'LocalUpdateDecay: gamma <- alpha gamma.')
+flags.DEFINE_float('server_lr_decay_factor', 0.9, 'LocalUpdateDecay: eta <- beta eta.')
+flags.DEFINE_integer('decay_patience', 100, 'LocalUpdateDecay: patience P (rounds).')
+flags.DEFINE_integer('decay_window', 100, 'LocalUpdateDecay: moving-average window W.')
+flags.DEFINE_integer('decay_cooldown', 100, 'LocalUpdateDecay: cooldown C (also at start).')
+flags.DEFINE_bool('decay_reference_semantics', False,
+                  "LocalUpdateDecay: the reference code's rule (window starts at inf, "
+                  'example-weighted means) instead of the paper\'s.')
+# Nastya (paper 001).
+flags.DEFINE_bool('server_adaptive_lr', False, 'Nastya: adaptive server step of Malitsky '
+                  '& Mishchenko (2020), starting from --server_learning_rate.')
 
 # Round loop and outputs.
 flags.DEFINE_integer('total_rounds', 100, 'Number of rounds.')
@@ -76,7 +97,8 @@ def task_options() -> TaskOptions:
   return TaskOptions(batch_size=FLAGS.client_batch_size, cache_dir=FLAGS.cache_dir,
                      use_synthetic_data=FLAGS.use_synthetic_data, model=FLAGS.model,
                      seed=FLAGS.seed, num_clients=FLAGS.num_clients,
-                     dirichlet_alpha=FLAGS.dirichlet_alpha)
+                     dirichlet_alpha=FLAGS.dirichlet_alpha, partition=FLAGS.partition,
+                     libsvm_path=FLAGS.libsvm_path, l2_reg=FLAGS.l2_reg)
 
 
 def hparams() -> registry.HParams:

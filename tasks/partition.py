@@ -3,9 +3,10 @@
 * `iid_split`: a random permutation cut into N near-equal shards;
 * `dirichlet_label_split`: label skew of Hsu et al. 2019 / paper 003 A.2: for
   every class c, proportions p_c ~ Dir(alpha * 1_N) decide which share of the
-  class each client gets (small alpha: few classes per client).
+  class each client gets (small alpha: few classes per client);
+* `sorted_label_split`: label-sorted contiguous shards (pathological skew).
 
-Both return a list of index arrays, one per client, covering every example
+All return a list of index arrays, one per client, covering every example
 exactly once.
 """
 
@@ -107,3 +108,28 @@ def to_client_data(features: dict[str, np.ndarray], parts: list[np.ndarray],
                    prefix: str = 'client') -> ArrayClientData:
   """In-memory `ClientData` whose client k holds rows `parts[k]` of `features`."""
   return ArrayClientData(features, parts, prefix)
+
+
+def sorted_label_split(labels: np.ndarray, num_clients: int) -> list[np.ndarray]:
+  """Label-sorted contiguous shards (the 'sorted' heterogeneous split):
+  examples ordered by label (stably) and cut into N near-equal shards."""
+  labels = np.asarray(labels)
+  if num_clients > len(labels):
+    raise ValueError(f'{num_clients} clients for only {len(labels)} examples')
+  order = np.argsort(labels, kind='stable')
+  return [np.sort(part) for part in np.array_split(order, num_clients)]
+
+
+SCHEMES = ('iid', 'sorted', 'dirichlet')
+
+
+def split(labels: np.ndarray, num_clients: int, scheme: str, seed: int,
+          alpha: float = 0.5) -> list[np.ndarray]:
+  """`iid_split`, `sorted_label_split` or `dirichlet_label_split` by name."""
+  if scheme == 'iid':
+    return iid_split(len(labels), num_clients, seed)
+  if scheme == 'sorted':
+    return sorted_label_split(labels, num_clients)
+  if scheme == 'dirichlet':
+    return dirichlet_label_split(labels, num_clients, alpha, seed)
+  raise ValueError(f'unknown partition {scheme!r}; choose one of {", ".join(SCHEMES)}')

@@ -23,6 +23,9 @@ class TaskOptions:
   num_clients: Optional[int] = None  # for tasks partitioned here (None = default)
   dirichlet_alpha: float = 0.5       # label-skew concentration (partitioned tasks)
   num_runs: int = 1                  # repetitions vectorised into one model (quadratic)
+  partition: str = 'iid'             # 'iid' | 'sorted' | 'dirichlet' (tasks split here)
+  libsvm_path: Optional[str] = None  # LIBSVM-format file (logistic; None = embedded data)
+  l2_reg: Optional[float] = None     # lambda of l2-regularised tasks (None = task default)
 
 
 Builder = Callable[[TaskOptions], Task]
@@ -42,7 +45,7 @@ _REGISTRY: dict[str, TaskSpec] = {}
 # complete without importing every dataset module up front.
 _TASK_MODULES = (
     'tasks.embedded', 'tasks.quadratic', 'tasks.emnist', 'tasks.shakespeare',
-    'tasks.stackoverflow', 'tasks.cifar100')
+    'tasks.stackoverflow', 'tasks.cifar100', 'tasks.libsvm', 'tasks.cifar10')
 
 
 def register(name: str, models: tuple[str, ...], description: str):

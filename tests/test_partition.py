@@ -63,3 +63,17 @@ def test_registry_lists_every_task_and_rejects_bad_requests():
     get_task('mnist')
   with pytest.raises(TaskError, match='no model'):
     get_task('digits', TaskOptions(model='resnet18'))
+
+
+def test_cifar10_task_loads_through_tensorflow_datasets(tmp_path):
+  """The real TFDS loading path, fed by TFDS's own mock of a prepared dataset."""
+  import tensorflow_datasets as tfds
+  (tmp_path / 'cifar10').mkdir()
+  with tfds.testing.mock_data(num_examples=40):
+    task = get_task('cifar10_lenet', TaskOptions(cache_dir=str(tmp_path), batch_size=8,
+                                                 num_clients=4))
+  assert len(task.client_ids) == 4
+  batch = next(iter(task.client_dataset(task.client_ids[0])))
+  model = task.model_fn()
+  out = model.forward_pass(batch, training=False)
+  assert out.predictions.shape[-1] == 10 and np.isfinite(float(out.loss))

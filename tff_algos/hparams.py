@@ -33,6 +33,17 @@ class HParams:
   client_lr_decay: float = 1.0
   server_lr_decay: float = 1.0
   uniform_weighting: bool = False
+  # LocalUpdate / LocalUpdateDecay (paper 002).
+  theta: str = 'reptile'
+  decay_min_delta: float = 1e-4
+  client_lr_decay_factor: float = 0.1
+  server_lr_decay_factor: float = 0.9
+  decay_patience: int = 100
+  decay_window: int = 100
+  decay_cooldown: int = 100
+  decay_reference_semantics: bool = False
+  # Nastya (paper 001).
+  server_adaptive_lr: bool = False      # Malitsky-Mishchenko adaptive server step
 
   def client_optimizer_spec(self) -> optimizers.OptimizerSpec:
     return optimizers.OptimizerSpec(self.client_optimizer, self.client_learning_rate,

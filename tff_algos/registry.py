@@ -7,10 +7,12 @@ gathers them, so adding an algorithm is one file plus one line in `_MODULES`.
 from __future__ import annotations
 
 from tff_algos import fedopt
+from tff_algos import nastya
+from tff_algos import local_update
 from tff_algos.core.algorithm import FederatedAlgorithm
 from tff_algos.hparams import AlgorithmSpec, HParams
 
-_MODULES = (fedopt,)
+_MODULES = (fedopt, local_update, nastya)
 
 ALGORITHMS: dict[str, AlgorithmSpec] = {
     spec.name: spec for module in _MODULES for spec in module.ALGORITHM_SPECS}

@@ -89,13 +89,23 @@ def _wait_rows(path, n, proc, timeout=240):
   raise AssertionError('no progress')
 
 
-@pytest.mark.parametrize('sig', [signal.SIGTERM, signal.SIGINT])
-def test_killed_run_leaves_no_worker_and_resumes_to_the_same_model(tmp_path, sig):
-  rounds = 10
-  full = run(train_cmd(tmp_path, 'full', rounds))
+ROUNDS = 10
+
+
+@pytest.fixture(scope='module')
+def uninterrupted(tmp_path_factory):
+  out = tmp_path_factory.mktemp('runs')
+  full = run(train_cmd(out, 'full', ROUNDS))
   assert full.returncode == 0, full.stderr[-3000:]
   assert 'final eval' in full.stdout and 'sparse_categorical_accuracy' in full.stdout
-  assert os.path.exists(tmp_path / 'full' / 'curves.png')
+  assert os.path.exists(out / 'full' / 'curves.png')
+  return out / 'full'
+
+
+@pytest.mark.parametrize('sig', [signal.SIGTERM, signal.SIGINT])
+def test_killed_run_leaves_no_worker_and_resumes_to_the_same_model(
+    tmp_path, sig, uninterrupted):
+  rounds = ROUNDS
 
   env = dict(os.environ, PYTHONPATH=ROOT)
   proc = subprocess.Popen(train_cmd(tmp_path, 'killed', rounds), cwd=ROOT, env=env,
@@ -111,7 +121,7 @@ def test_killed_run_leaves_no_worker_and_resumes_to_the_same_model(tmp_path, sig
 
   resumed = run(train_cmd(tmp_path, 'killed', rounds))
   assert resumed.returncode == 0, resumed.stderr[-3000:]
-  a = np.load(tmp_path / 'full' / 'final_weights.npz')
+  a = np.load(uninterrupted / 'final_weights.npz')
   b = np.load(tmp_path / 'killed' / 'final_weights.npz')
   assert a.files == b.files
   for k in a.files:

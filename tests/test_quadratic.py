@@ -82,13 +82,14 @@ def _settle(task, alg, rounds, tail):
 def test_constant_k_settles_at_surrogate_and_decaying_k_at_x_star():
   """Run long enough (eta = 1): K = 10 -> x*(0.1, 10) = 0.5570; decaying K -> x*.
 
-  The decaying run uses d_K = 0.98 (K reaches 1 by round 114) to keep the
+  The decaying run uses d_K = 0.97 (K reaches 1 by round 76) to keep the
   default suite short; the paper's d_K = 0.995 is in the slow test below.
+  Averages run over 10 seeds x the last 100 rounds (~0.002 standard error).
   """
   task = quadratic.build_quadratic(num_runs=10, num_clients=10_000, seed=0)
-  const = _settle(task, _fedavg(task, 10, 1.0), rounds=200, tail=150)
+  const = _settle(task, _fedavg(task, 10, 1.0), rounds=130, tail=100)
   assert const == pytest.approx(quadratic.surrogate_minimiser(0.1, 10), abs=0.005)
-  decay = _settle(task, _fedavg(task, 10, 1.0, d_k=0.98), rounds=300, tail=150)
+  decay = _settle(task, _fedavg(task, 10, 1.0, d_k=0.97), rounds=220, tail=100)
   assert decay == pytest.approx(quadratic.true_minimiser(), abs=0.005)
   assert abs(const - decay) > 0.02  # the two limits are told apart
 

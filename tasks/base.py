@@ -15,6 +15,7 @@ A `Task` is what an algorithm and the trainer need from a dataset/model pair:
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 from typing import Any, Callable, Optional
 
@@ -75,3 +76,46 @@ def keras_model_fn(keras_fn: Callable[[], tf.keras.Model],
         metrics=metrics_fn())
 
   return model_fn
+
+
+def logits_classifier_fn(keras_fn: Callable[[], tf.keras.Model], element_spec: Any,
+                         metrics_fn: Optional[Callable[[], list]] = None):
+  """`keras_model_fn` for a model emitting class logits: sparse cross-entropy
+  (from logits) and, unless `metrics_fn` says otherwise, accuracy."""
+  return keras_model_fn(
+      keras_fn, element_spec,
+      lambda: tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+      metrics_fn or (lambda: [tf.keras.metrics.SparseCategoricalAccuracy()]))
+
+
+class MeanLossMetric:
+  """Mixin for hand-written `VariableModel`s whose only metric is mean loss.
+
+  Call `_init_loss_metric()` in `__init__` and `_record_loss(total, n)` in
+  `forward_pass`; provides the metric half of the VariableModel interface.
+  """
+
+  def _init_loss_metric(self):
+    self._loss_sum = tf.Variable(0.0, trainable=False, name='loss_sum')
+    self._count = tf.Variable(0.0, trainable=False, name='count')
+
+  def _record_loss(self, total, n):
+    self._loss_sum.assign_add(tf.cast(total, tf.float32))
+    self._count.assign_add(tf.cast(n, tf.float32))
+
+  @property
+  def local_variables(self):
+    return [self._loss_sum, self._count]
+
+  @tf.function
+  def report_local_unfinalized_metrics(self):
+    return collections.OrderedDict(loss=[self._loss_sum, self._count])
+
+  def metric_finalizers(self):
+    return collections.OrderedDict(
+        loss=tf.function(lambda v: tf.math.divide_no_nan(v[0], v[1])))
+
+  @tf.function
+  def reset_metrics(self):
+    self._loss_sum.assign(0.0)
+    self._count.assign(0.0)

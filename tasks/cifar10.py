@@ -107,10 +107,7 @@ def build(options: TaskOptions) -> base.Task:
           lambda e: collections.OrderedDict(x=_standardise(e['x']), y=e['y']))
   return base.Task(
       name=NAME, train_data=train, preprocess_fn=preprocess, test_data=test,
-      model_fn=base.keras_model_fn(
-          lenet5, ELEMENT_SPEC,
-          lambda: tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-          lambda: [tf.keras.metrics.SparseCategoricalAccuracy()]),
+      model_fn=base.logits_classifier_fn(lenet5, ELEMENT_SPEC),
       info=dict(model='lenet5', source=f'tfds cifar10 ({tfds_data_dir(options.cache_dir)})',
                 num_train_clients=num_clients, partition=options.partition,
                 num_train_examples=len(y_tr), num_test_examples=len(y_te)))

@@ -65,12 +65,8 @@ def build(options: registry.TaskOptions) -> base.Task:
         .create_preprocess_fn(train_spec, crop_shape=crop_shape),
         eval_preprocess_fn=image_classification_preprocessing
         .create_preprocess_fn(eval_spec, crop_shape=crop_shape))
-    model_fn = base.keras_model_fn(
-        lambda: models.cifar_cnn_004(NUM_CLASSES),
-        datasets.element_type_structure,
-        loss_fn=lambda: tf.keras.losses.SparseCategoricalCrossentropy(
-            from_logits=True),
-        metrics_fn=lambda: [tf.keras.metrics.SparseCategoricalAccuracy()])
+    model_fn = base.logits_classifier_fn(
+        lambda: models.cifar_cnn_004(NUM_CLASSES), datasets.element_type_structure)
 
   return base.Task(
       name=NAME,

@@ -61,10 +61,7 @@ def build(options: TaskOptions) -> base.Task:
   model = options.model or 'mlp'
   return base.Task(
       name='digits', train_data=train, preprocess_fn=preprocess, test_data=test,
-      model_fn=base.keras_model_fn(
-          lambda: _keras_model(model), element_spec,
-          lambda: tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-          lambda: [tf.keras.metrics.SparseCategoricalAccuracy()]),
+      model_fn=base.logits_classifier_fn(lambda: _keras_model(model), element_spec),
       info=dict(model=model, num_train_clients=num_clients, source='sklearn',
                 num_train_examples=len(y_tr), num_test_examples=len(y_te),
                 dirichlet_alpha=options.dirichlet_alpha))

@@ -46,12 +46,8 @@ def build(options: registry.TaskOptions) -> base.Task:
   if model in models.EMNIST_TFF_MODELS:
     model_fn = baseline.model_fn
   else:
-    model_fn = base.keras_model_fn(
-        lambda: models.femnist_cnn(NUM_CLASSES),
-        datasets.element_type_structure,
-        loss_fn=lambda: tf.keras.losses.SparseCategoricalCrossentropy(
-            from_logits=True),
-        metrics_fn=lambda: [tf.keras.metrics.SparseCategoricalAccuracy()])
+    model_fn = base.logits_classifier_fn(
+        lambda: models.femnist_cnn(NUM_CLASSES), datasets.element_type_structure)
 
   return base.Task(
       name=NAME,

@@ -54,15 +54,14 @@ def surrogate_minimiser(gamma: float, k: int) -> float:
   return _expect(lambda z: phi(z) / z) / _expect(phi)
 
 
-class QuadraticModel(tff.learning.models.VariableModel):
+class QuadraticModel(base.MeanLossMetric, tff.learning.models.VariableModel):
   """x in R^S; batch {'z': [B, S]}; loss = mean_b sum_s (z x_s^2 / 2 - x_s)."""
 
   def __init__(self, num_runs: int, x_init: float = X_INIT):
     self._num_runs = num_runs
     self._x = tf.Variable(tf.fill([num_runs], tf.constant(x_init, tf.float32)),
                           name='x')
-    self._loss_sum = tf.Variable(0.0, trainable=False, name='loss_sum')
-    self._count = tf.Variable(0.0, trainable=False, name='count')
+    self._init_loss_metric()
 
   @property
   def trainable_variables(self):
@@ -71,10 +70,6 @@ class QuadraticModel(tff.learning.models.VariableModel):
   @property
   def non_trainable_variables(self):
     return []
-
-  @property
-  def local_variables(self):
-    return [self._loss_sum, self._count]
 
   @property
   def input_spec(self):
@@ -92,23 +87,9 @@ class QuadraticModel(tff.learning.models.VariableModel):
     per_run = 0.5 * z * tf.square(self._x) - self._x      # [B, S]
     loss = tf.reduce_mean(tf.reduce_sum(per_run, axis=1))
     n = tf.shape(z)[0]
-    self._loss_sum.assign_add(loss * tf.cast(n, tf.float32) / self._num_runs)
-    self._count.assign_add(tf.cast(n, tf.float32))
+    self._record_loss(loss * tf.cast(n, tf.float32) / self._num_runs, n)
     return tff.learning.models.BatchOutput(
         loss=loss, predictions=self.predict_on_batch(z), num_examples=n)
-
-  @tf.function
-  def report_local_unfinalized_metrics(self):
-    return collections.OrderedDict(loss=[self._loss_sum, self._count])
-
-  def metric_finalizers(self):
-    return collections.OrderedDict(
-        loss=tf.function(lambda v: tf.math.divide_no_nan(v[0], v[1])))
-
-  @tf.function
-  def reset_metrics(self):
-    self._loss_sum.assign(0.0)
-    self._count.assign(0.0)
 
 
 @register('quadratic', models=('scalar',),
@@ -134,7 +115,7 @@ def build_quadratic(num_runs: int = 1, num_clients: int = DEFAULT_CLIENTS,
                 x_star=true_minimiser(), source='generated'))
 
 
-class QuadraticFormModel(tff.learning.models.VariableModel):
+class QuadraticFormModel(base.MeanLossMetric, tff.learning.models.VariableModel):
   """x in R^d; example (A, c); loss 1/2 (x - c)^T A (x - c), batch-averaged.
 
   With one example per client, a client's minibatch gradient is its full
@@ -145,12 +126,10 @@ class QuadraticFormModel(tff.learning.models.VariableModel):
     init = np.zeros(dim, np.float32) if x_init is None else np.asarray(x_init, np.float32)
     self._dim = dim
     self._x = tf.Variable(init, name='x')
-    self._loss_sum = tf.Variable(0.0, trainable=False)
-    self._count = tf.Variable(0.0, trainable=False)
+    self._init_loss_metric()
 
   trainable_variables = property(lambda self: [self._x])
   non_trainable_variables = property(lambda self: [])
-  local_variables = property(lambda self: [self._loss_sum, self._count])
 
   @property
   def input_spec(self):
@@ -169,22 +148,8 @@ class QuadraticFormModel(tff.learning.models.VariableModel):
     per = 0.5 * tf.einsum('bi,bij,bj->b', r, batch_input['A'], r)  # [B]
     loss = tf.reduce_mean(per)
     n = tf.shape(r)[0]
-    self._loss_sum.assign_add(tf.reduce_sum(per))
-    self._count.assign_add(tf.cast(n, tf.float32))
+    self._record_loss(tf.reduce_sum(per), n)
     return tff.learning.models.BatchOutput(loss=loss, predictions=r, num_examples=n)
-
-  @tf.function
-  def report_local_unfinalized_metrics(self):
-    return collections.OrderedDict(loss=[self._loss_sum, self._count])
-
-  def metric_finalizers(self):
-    return collections.OrderedDict(
-        loss=tf.function(lambda v: tf.math.divide_no_nan(v[0], v[1])))
-
-  @tf.function
-  def reset_metrics(self):
-    self._loss_sum.assign(0.0)
-    self._count.assign(0.0)
 
 
 def build_quadratic_form(a: np.ndarray, c: np.ndarray, x_init=None) -> base.Task:

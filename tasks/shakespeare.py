@@ -54,12 +54,9 @@ def build(options: registry.TaskOptions) -> base.Task:
     model_fn = baseline.model_fn
   else:
     units = _GRU_UNITS[model]
-    model_fn = base.keras_model_fn(
+    model_fn = base.logits_classifier_fn(
         lambda: models.shakespeare_gru(VOCAB_SIZE, units=units),
-        datasets.element_type_structure,
-        loss_fn=lambda: tf.keras.losses.SparseCategoricalCrossentropy(
-            from_logits=True),
-        metrics_fn=_metrics)
+        datasets.element_type_structure, metrics_fn=_metrics)
 
   return base.Task(
       name=NAME,

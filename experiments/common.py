@@ -1,6 +1,16 @@
-"""Start-up shared by the experiment binaries."""
+"""Start-up and error reporting shared by the experiment binaries."""
+
+import sys
 
 from absl import logging
+
+USAGE_ERROR = 2  # exit status for bad flags or inputs
+
+
+def fail(message) -> int:
+  """Prints one 'error: ...' line to stderr; returns the usage-error status."""
+  print(f'error: {message}', file=sys.stderr)
+  return USAGE_ERROR
 
 
 def quiet_logs():

@@ -18,7 +18,6 @@ from __future__ import annotations
 import csv
 import itertools
 import os
-import sys
 
 from absl import app
 from absl import flags
@@ -82,8 +81,7 @@ def main(argv):
         FLAGS[k].parse(v)
       trainer_flags.validate()
   except (ValueError, flags.Error) as e:
-    print(f'error: {e}', file=sys.stderr)
-    return 2
+    return common.fail(e)
 
   from tasks import get_task
   from tff_algos import registry, runtime, training

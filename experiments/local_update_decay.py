@@ -101,8 +101,7 @@ def main(argv):
     if FLAGS.rounds < 1 or FLAGS.select_last_rounds < 1:
       raise ValueError('--rounds and --select_last_rounds must be >= 1')
   except ValueError as e:
-    print(f'error: {e}')
-    return 2
+    return common.fail(e)
 
   from tasks import TaskOptions, get_task
   from tff_algos import local_update, runtime

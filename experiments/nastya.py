@@ -101,8 +101,7 @@ def main(argv):
   try:
     validate()
   except ValueError as e:
-    print(f'error: {e}')
-    return 2
+    return common.fail(e)
   from tasks import TaskError, TaskOptions, get_task, libsvm
   from tff_algos import nastya, runtime, training
   from tff_algos.core import optimizers
@@ -116,8 +115,7 @@ def main(argv):
   try:
     tasks = {s: task_for(s) for s in FLAGS.settings}
   except TaskError as e:
-    print(f'error: {e}')
-    return 2
+    return common.fail(e)
   problems = {s: libsvm.problem_of(t) for s, t in tasks.items()}
   optima = {s: p.solve()[1] for s, p in problems.items()}
   # L differs by setting only through the client weights; the step sizes use

@@ -78,8 +78,7 @@ def main(argv):
   try:
     validate()
   except ValueError as e:
-    print(f'error: {e}')
-    return 2
+    return common.fail(e)
   from tasks import quadratic
   from tff_algos import fedopt, runtime, training
   from tff_algos.core import optimizers, schedules

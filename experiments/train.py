@@ -13,7 +13,6 @@ curves.png there.
 from __future__ import annotations
 
 import os
-import sys
 
 from absl import app
 from absl import flags
@@ -44,17 +43,15 @@ def main(argv):
   try:
     options, hp, _ = trainer_flags.validate()
   except trainer_flags.FlagError as e:
-    print(f'error: {e}', file=sys.stderr)
-    return 2
+    return common.fail(e)
 
   from tff_algos import runtime
   from tff_algos import training
   out_dir = trainer_flags.output_dir()
   task = get_task(FLAGS.task, options)  # data errors surface before any worker starts
   if FLAGS.clients_per_round > len(task.client_ids):
-    print(f'error: --clients_per_round={FLAGS.clients_per_round} exceeds the '
-          f'{len(task.client_ids)} clients of task {task.name!r}', file=sys.stderr)
-    return 2
+    return common.fail(f'--clients_per_round={FLAGS.clients_per_round} exceeds the '
+                       f'{len(task.client_ids)} clients of task {task.name!r}')
   with runtime.managed_context():
     algorithm = registry.build(FLAGS.algorithm, task.model_fn, hp)
     print(f'{algorithm.name} on {task.name} ({task.info.get("model")}, '

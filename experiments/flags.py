@@ -76,6 +76,9 @@ flags.DEFINE_bool('server_adaptive_lr', False, 'Nastya: adaptive server step of 
 flags.DEFINE_integer('total_rounds', 100, 'Number of rounds.')
 flags.DEFINE_integer('clients_per_round', 10, 'Clients sampled per round (M).')
 flags.DEFINE_integer('rounds_per_eval', 10, 'Evaluate every this many rounds.')
+flags.DEFINE_integer('max_eval_examples', None,
+                     'Periodic evaluations use this many test examples (a fixed sample; '
+                     'the final one uses all). google-research uses 10000 for StackOverflow.')
 flags.DEFINE_integer('rounds_per_checkpoint', 10, 'Checkpoint every this many rounds.')
 flags.DEFINE_enum('shuffle', 'rr', ['rr', 'so', 'none'],
                   "Client example order: 'rr' reshuffled every round, 'so' shuffled "
@@ -122,7 +125,7 @@ def run_config(output_dir) -> RunConfig:
                    rounds_per_eval=FLAGS.rounds_per_eval,
                    rounds_per_checkpoint=FLAGS.rounds_per_checkpoint,
                    output_dir=output_dir, progress=FLAGS.progress,
-                   shuffle=FLAGS.shuffle)
+                   shuffle=FLAGS.shuffle, max_eval_examples=FLAGS.max_eval_examples)
 
 
 def validate():

@@ -108,3 +108,13 @@ def test_sampling_is_without_replacement_and_seeded():
   assert len(set(a)) == 10
   assert a == training.sample_clients(ids, 10, seed=3, round_num=7)
   assert a != training.sample_clients(ids, 10, seed=3, round_num=8)
+
+
+def test_periodic_eval_can_use_a_fixed_sample_and_final_eval_uses_all(task, algorithm):
+  result = training.run_training(algorithm, task, training.RunConfig(
+      total_rounds=4, clients_per_round=4, rounds_per_eval=2, max_eval_examples=50,
+      progress=False))
+  evals = [r for r in result.history if 'eval/num_examples' in r]
+  assert [r['round'] for r in evals] == [2, 4]
+  assert evals[0]['eval/num_examples'] == 50
+  assert evals[1]['eval/num_examples'] == 359  # the whole digits test set

@@ -50,6 +50,9 @@ class RunConfig:
   # every round (random reshuffling), 'so' one permutation per client for the
   # whole run (shuffle-once), 'none' the dataset's own order.
   shuffle: str = 'rr'
+  # Periodic evaluations use the first N test examples (fixed across rounds;
+  # the final evaluation always uses the whole test set). None: all.
+  max_eval_examples: Optional[int] = None
 
   def __post_init__(self):
     if self.total_rounds < 0:
@@ -58,6 +61,8 @@ class RunConfig:
       raise ValueError(f'clients_per_round must be >= 1, got {self.clients_per_round}')
     if self.rounds_per_eval < 0 or self.rounds_per_checkpoint < 1:
       raise ValueError('rounds_per_eval must be >= 0 and rounds_per_checkpoint >= 1')
+    if self.max_eval_examples is not None and self.max_eval_examples < 1:
+      raise ValueError('max_eval_examples must be >= 1')
     if self.shuffle not in ('rr', 'so', 'none'):
       raise ValueError(f"shuffle must be 'rr', 'so' or 'none', got {self.shuffle!r}")
 
@@ -112,22 +117,35 @@ def flatten_metrics(metrics, prefix: str = '') -> dict[str, Any]:
   return out
 
 
-def build_evaluator(task: Task) -> Callable[[Any], dict[str, float]]:
-  """Centralised evaluation of model weights on `task.test_data` (plain TF)."""
+def build_evaluator(task: Task, max_examples: Optional[int] = None
+                    ) -> Callable[..., dict[str, float]]:
+  """Centralised evaluation of model weights on `task.test_data` (plain TF).
+
+  The returned `run(weights, full=False)` uses the first `max_examples` test
+  examples unless `full` (a fixed sample, so curves are comparable).
+  """
   if task.test_data is None:
-    return lambda weights: {}
+    return lambda weights, full=False: {}
   model = task.model_fn()
+  sample = task.test_data
+  if max_examples is not None:
+    batch = next(iter(tf.nest.flatten(task.test_data.element_spec))).shape[0]
+    sample = task.test_data.unbatch().take(max_examples).batch(batch or 100)
 
-  @tf.function
-  def evaluate(weights):
-    local_training.assign_weights(model, weights)
-    model.reset_metrics()
-    for batch in task.test_data:
-      model.forward_pass(batch, training=False)
-    return model.report_local_unfinalized_metrics()
+  def evaluate_on(dataset):
+    @tf.function
+    def evaluate(weights):
+      local_training.assign_weights(model, weights)
+      model.reset_metrics()
+      for batch in dataset:
+        model.forward_pass(batch, training=False)
+      return model.report_local_unfinalized_metrics()
+    return evaluate
 
-  def run(weights) -> dict[str, float]:
-    unfinalized = evaluate(weights)
+  evaluators = {False: evaluate_on(sample), True: evaluate_on(task.test_data)}
+
+  def run(weights, full: bool = False) -> dict[str, float]:
+    unfinalized = evaluators[full](weights)
     # Keras finalizers are tf.functions that build a metric on each trace;
     # run their Python bodies eagerly instead.
     finalizers = model.metric_finalizers()
@@ -209,7 +227,7 @@ def run_training(algorithm: FederatedAlgorithm, task: Task, config: RunConfig,
   if config.clients_per_round > len(client_ids):
     raise ValueError(f'clients_per_round={config.clients_per_round} exceeds the '
                      f'{len(client_ids)} clients of task {task.name!r}')
-  evaluate = build_evaluator(task)
+  evaluate = build_evaluator(task, config.max_eval_examples)
   out_dir = config.output_dir
   state_manager = csv_writer = tb_manager = None
   if out_dir:
@@ -263,7 +281,8 @@ def run_training(algorithm: FederatedAlgorithm, task: Task, config: RunConfig,
       done = round_num + 1
       if (config.rounds_per_eval and done % config.rounds_per_eval == 0) or \
           done == config.total_rounds:
-        last_eval = evaluate(process.get_model_weights(state))
+        last_eval = evaluate(process.get_model_weights(state),
+                             full=done == config.total_rounds)
         row.update({f'eval/{k}': v for k, v in last_eval.items()})
       if round_callback is not None:
         round_callback(done, state, row)  # may add columns to the row
@@ -289,7 +308,7 @@ def run_training(algorithm: FederatedAlgorithm, task: Task, config: RunConfig,
 
   weights = process.get_model_weights(state)
   if not last_eval and task.test_data is not None:
-    last_eval = evaluate(weights)
+    last_eval = evaluate(weights, full=True)
   summary = dict(algorithm=algorithm.name, task=task.name,
                  rounds=config.total_rounds, resumed_from=start_round,
                  clients_per_round=config.clients_per_round, seed=config.seed,

@@ -12,7 +12,7 @@ from tff_algos.core import schedules
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def run_module(module, *args, timeout=900):
+def run_module(module, *args, timeout=900):  # noqa: D103
   res = subprocess.run([sys.executable, '-m', module, *args, '--noprogress'], cwd=ROOT,
                        env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True,
                        text=True, timeout=timeout)
@@ -44,3 +44,13 @@ def test_local_update_decay_figure_pipeline(tmp_path):
   curves = js['tail_loss']['emnist_character']
   assert set(curves) == {'gamma=1', 'gamma=0.1', 'LocalUpdateDecay'}
   assert os.path.exists(tmp_path / 'fig8' / 'emnist_character.png')
+
+
+@pytest.mark.slow
+def test_benchmark_prints_the_ratio_json():
+  _, js = run_module('experiments.benchmark', '--quick')
+  assert set(js) >= {'overhead_vs_pure_tf', 'ratio_vs_tff_builtin', 'per_algorithm',
+                     'scaling', 'fixed_ms_per_round'}
+  assert set(js['scaling']) == {'10', '20', '40'}
+  assert js['per_algorithm']['fedavg'] == 1.0
+  assert all(v > 0 for v in js['per_algorithm'].values())

@@ -72,8 +72,20 @@ def test_worker_stops_when_process_is_signalled(sig):
   assert wait_dead(workers) == []
 
 
-def test_in_process_install_and_shutdown():
+def test_in_process_shutdown_stops_the_worker_and_install_starts_a_new_one():
+  import tensorflow as tf
+  import tensorflow_federated as tff
   from tff_algos import runtime
   ctx = runtime.install()
-  assert runtime.install() is ctx  # idempotent
-  assert all(psutil.pid_exists(p) for p in ctx.pids)
+  assert runtime.install() is ctx  # idempotent while running
+  old = list(ctx.pids)
+  runtime.shutdown()
+  assert wait_dead(old) == []
+  new = runtime.install()  # leave a live context for the rest of the session
+  assert new is not ctx and set(new.pids).isdisjoint(old)
+
+  @tff.tensorflow.computation(tf.int32)
+  def double(x):
+    return 2 * x
+
+  assert double(21) == 42

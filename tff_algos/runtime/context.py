@@ -48,14 +48,19 @@ _GRPC_OPTIONS = [
     ('grpc.max_send_message_length', 2_000_000_000),
 ]
 _PR_SET_PDEATHSIG = 1
+try:  # resolved here: no dlopen in the forked child of a threaded process
+  _prctl = ctypes.CDLL(None, use_errno=True).prctl
+except (OSError, AttributeError):
+  _prctl = None
 
 
-def _die_with_parent():  # runs in the child between fork and exec
-  try:
-    ctypes.CDLL('libc.so.6', use_errno=True).prctl(
-        _PR_SET_PDEATHSIG, signal.SIGTERM)
-  except OSError:
-    pass
+def _die_with_parent(parent_pid: int):
+  def preexec():  # runs in the child between fork and exec
+    if _prctl is not None:
+      _prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    if os.getppid() != parent_pid:  # the parent died before prctl took effect
+      os._exit(1)
+  return preexec
 
 
 class Worker:
@@ -70,7 +75,11 @@ class Worker:
         [WORKER_BINARY, f'--port={self.port}',
          f'--max_concurrent_computation_calls={max_concurrent_computation_calls}'],
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-        preexec_fn=_die_with_parent if sys.platform.startswith('linux') else None)
+        # Own session: a terminal's Ctrl-C reaches us, not the worker mid-round;
+        # we then stop the worker ourselves.
+        start_new_session=True,
+        preexec_fn=(_die_with_parent(os.getpid())
+                    if sys.platform.startswith('linux') else None))
     self.address = f'localhost:{self.port}'
     stub = remote_executor_grpc_stub.RemoteExecutorGrpcStub(
         grpc.insecure_channel(self.address, _GRPC_OPTIONS))
@@ -138,7 +147,7 @@ class ManagedContext:
       w.stop()
 
 
-_lock = threading.Lock()
+_lock = threading.RLock()  # re-entrant: a signal may arrive inside install()
 _active: Optional[ManagedContext] = None
 _previous_handlers: dict[int, object] = {}
 
@@ -168,6 +177,8 @@ def _install_handlers():
     return
   for sig in (signal.SIGINT, signal.SIGTERM):
     current = signal.getsignal(sig)
+    if current is signal.SIG_IGN:  # e.g. SIGINT of a background job: keep ignoring
+      continue
     if current is not _on_signal:
       _previous_handlers[sig] = current if current not in (
           signal.SIG_DFL, signal.SIG_IGN, signal.default_int_handler) else None

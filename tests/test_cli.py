@@ -39,6 +39,14 @@ BAD_FLAGS = [
     ('--client_learning_rate=-0.1', 'learning rate must be >= 0'),
     ('--model=resnet', "task 'digits' has no model 'resnet'"),
     ('--experiment_name=a/b', '--experiment_name must be'),
+    ('--seed=-1', 'seed must be >= 0'),
+    ('--algorithm=fedsgd --server_lr_decay=2', 'decay must be in (0, 1]'),
+    ('--algorithm=reptile --local_steps=0', '--local_steps must be >= 1'),
+    ('--algorithm=kmaml --client_optimizer=adam', 'does not use --client_optimizer'),
+    ('--algorithm=local_update --server_lr_decay=0.9', 'does not use --server_lr_decay'),
+    ('--algorithm=local_update_decay --client_lr_decay_factor=0',
+     'decay factor must be in (0, 1]'),
+    ('--algorithm=local_update_decay --decay_window=0', 'window_size >= 1'),
 ]
 
 

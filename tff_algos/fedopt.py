@@ -140,6 +140,7 @@ def _build_fedsgd(model_fn, hp: HParams) -> FederatedAlgorithm:
 ALGORITHM_SPECS = (
     AlgorithmSpec('fedavg', _build_fedavg, _fedopt_config,
                   'FedAvg/FedOpt: K steps or E epochs, any server optimizer'),
-    AlgorithmSpec('fedsgd', _build_fedsgd, lambda hp: hp.server_optimizer_spec(),
+    AlgorithmSpec('fedsgd', _build_fedsgd, lambda hp: schedules.ExponentialDecay(
+        hp.server_optimizer_spec().learning_rate, hp.server_lr_decay),
                   'FedSGD: one gradient per client, server optimizer step'),
 )

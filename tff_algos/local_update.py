@@ -177,7 +177,21 @@ def build_local_update_decay(model_fn, config: LocalUpdateConfig,
 
 
 # Trainer integration: flag values (HParams) -> configs, in one place.
+def _reject_unused(hp: HParams, decaying: bool):
+  """LocalUpdate's client runs plain SGD at a constant (or plateau) gamma."""
+  del decaying  # both variants: constant gamma/eta, or the plateau rule
+  defaults = HParams()
+  unused = ['client_optimizer', 'client_momentum', 'local_steps_decay',
+            'client_lr_decay', 'server_lr_decay']
+  bad = [f'--{n}' for n in unused if getattr(hp, n) != getattr(defaults, n)]
+  if bad:
+    raise ValueError(f'LocalUpdate does not use {", ".join(bad)} (client SGD at '
+                     'gamma; use --server_optimizer / the decay_* flags)')
+
+
 def _config(hp: HParams, theta: Optional[str] = None) -> LocalUpdateConfig:
+  if hp.local_steps is not None and hp.local_steps < 1:
+    raise ValueError(f'--local_steps must be >= 1, got {hp.local_steps}')
   k = hp.local_steps or 10
   return LocalUpdateConfig(
       theta=tuple(parse_theta(theta or hp.theta, k).tolist()),
@@ -193,10 +207,20 @@ def _decay(hp: HParams) -> DecayConfig:
                      reference_semantics=hp.decay_reference_semantics)
 
 
+def _check(hp: HParams, preset: Optional[str] = None, decaying: bool = False):
+  _reject_unused(hp, decaying)
+  config = _config(hp, preset)
+  if decaying:
+    decay = _decay(hp)
+    decay.plateau(config.client_learning_rate, decay.client_decay)
+    decay.plateau(config.server_optimizer.learning_rate, decay.server_decay)
+  return config
+
+
 def _spec(name: str, preset: Optional[str], description: str) -> AlgorithmSpec:
   return AlgorithmSpec(
       name, lambda model_fn, hp: build_local_update(model_fn, _config(hp, preset), name),
-      lambda hp: _config(hp, preset), description)
+      lambda hp: _check(hp, preset), description)
 
 
 ALGORITHM_SPECS = (
@@ -208,6 +232,6 @@ ALGORITHM_SPECS = (
     AlgorithmSpec('local_update_decay',
                   lambda model_fn, hp: build_local_update_decay(
                       model_fn, _config(hp), _decay(hp)),
-                  lambda hp: (_config(hp), _decay(hp).plateau(1.0, 0.5)),
+                  lambda hp: _check(hp, decaying=True),
                   'LocalUpdateDecay: plateau decay of gamma and eta on the pre-training loss'),
 )

@@ -57,6 +57,8 @@ class RunConfig:
   def __post_init__(self):
     if self.total_rounds < 0:
       raise ValueError(f'total_rounds must be >= 0, got {self.total_rounds}')
+    if self.seed < 0:
+      raise ValueError(f'seed must be >= 0, got {self.seed}')
     if self.clients_per_round < 1:
       raise ValueError(f'clients_per_round must be >= 1, got {self.clients_per_round}')
     if self.rounds_per_eval < 0 or self.rounds_per_checkpoint < 1:

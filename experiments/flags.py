@@ -151,3 +151,13 @@ def output_dir() -> str:
 def flag_values() -> dict:
   """This module's flag values, for summary.json."""
   return {f.name: f.value for f in FLAGS.get_flags_for_module(__name__)}
+
+
+# Flags that may change between a run and its resume.
+_RESUMABLE = ('total_rounds', 'progress', 'rounds_per_eval', 'rounds_per_checkpoint',
+              'root_output_dir', 'experiment_name', 'max_eval_examples', 'cache_dir')
+
+
+def run_identity() -> dict:
+  """The flag values that define a run (a resume must repeat them)."""
+  return {k: v for k, v in flag_values().items() if k not in _RESUMABLE}

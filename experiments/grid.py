@@ -102,7 +102,8 @@ def main(argv):
       algorithm = registry.build(FLAGS.algorithm, task.model_fn, hp)
       result = training.run_training(algorithm, task, trainer_flags.run_config(out_dir),
                                      extra_summary={'flags': trainer_flags.flag_values(),
-                                                    'grid': combo})
+                                                    'grid': combo},
+                                     identity=trainer_flags.run_identity())
       rows = report.read_metrics(os.path.join(out_dir, 'metrics.csv'))
       results.append(dict(combo, score=score(rows, FLAGS.select_metric,
                                              FLAGS.select_last_rounds),

@@ -57,7 +57,8 @@ def main(argv):
     print(f'{algorithm.name} on {task.name} ({task.info.get("model")}, '
           f'{len(task.client_ids)} clients) -> {out_dir}', flush=True)
     result = training.run_training(algorithm, task, trainer_flags.run_config(out_dir),
-                                   extra_summary={'flags': trainer_flags.flag_values()})
+                                   extra_summary={'flags': trainer_flags.flag_values()},
+                                   identity=trainer_flags.run_identity())
   rows = report.read_metrics(os.path.join(out_dir, 'metrics.csv'))
   print(report.training_table(rows))
   figure = report.plot_training(rows, os.path.join(out_dir, 'curves.png'),

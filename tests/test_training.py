@@ -118,3 +118,15 @@ def test_periodic_eval_can_use_a_fixed_sample_and_final_eval_uses_all(task, algo
   assert [r['round'] for r in evals] == [2, 4]
   assert evals[0]['eval/num_examples'] == 50
   assert evals[1]['eval/num_examples'] == 359  # the whole digits test set
+
+
+def test_resume_with_different_settings_is_refused(task, algorithm, tmp_path):
+  out = str(tmp_path / 'run')
+  training.run_training(algorithm, task, config(out, rounds=2), identity={'lr': 0.1})
+  # Same identity, more rounds: resumes.
+  assert training.run_training(algorithm, task, config(out, rounds=3),
+                               identity={'lr': 0.1}).resumed_from == 2
+  with pytest.raises(ValueError, match='differs in: lr'):
+    training.run_training(algorithm, task, config(out, rounds=4), identity={'lr': 0.2})
+  with pytest.raises(ValueError, match='differs in: seed'):
+    training.run_training(algorithm, task, config(out, rounds=4, seed=5), identity={'lr': 0.1})

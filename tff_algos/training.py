@@ -216,13 +216,17 @@ RoundCallback = Callable[[int, Any, dict], None]
 def run_training(algorithm: FederatedAlgorithm, task: Task, config: RunConfig,
                  extra_summary: Optional[dict[str, Any]] = None,
                  round_callback: Optional[RoundCallback] = None,
-                 initial_weights: Optional[Any] = None) -> RunResult:
+                 initial_weights: Optional[Any] = None,
+                 identity: Optional[dict[str, Any]] = None) -> RunResult:
   """Runs (or resumes) `config.total_rounds` rounds of `algorithm` on `task`.
 
   `round_callback(round_done, state, row)` is called after every round, before
   the row is written, so it may add columns (e.g. the model trajectory);
   `initial_weights` replaces the seeded default
-  initialisation of a fresh run.
+  initialisation of a fresh run. `identity` (e.g. the flag values) is stored
+  with the run, together with the algorithm, task and sampling settings; a
+  resume whose identity differs is refused instead of continuing someone
+  else's run.
   """
   process = algorithm.process
   client_ids = task.client_ids
@@ -239,6 +243,9 @@ def run_training(algorithm: FederatedAlgorithm, task: Task, config: RunConfig,
         keep_first=False)
     tb_manager = tff.program.TensorBoardReleaseManager(os.path.join(out_dir, 'tb'))
 
+  run_identity = _identity(algorithm, task, config, identity)
+  if out_dir:
+    _check_identity(os.path.join(out_dir, 'run_identity.json'), run_identity)
   state = process.initialize()
   state = process.set_model_weights(
       state, initial_weights if initial_weights is not None
@@ -339,6 +346,29 @@ def run_training(algorithm: FederatedAlgorithm, task: Task, config: RunConfig,
              *[np.asarray(w) for w in weights.trainable])
   return RunResult(state=state, model_weights=weights, history=history,
                    final_eval=last_eval, resumed_from=start_round, summary=summary)
+
+
+def _identity(algorithm, task, config, extra) -> dict[str, Any]:
+  ident = dict(algorithm=algorithm.name, task=task.name, task_info=task.info,
+               clients_per_round=config.clients_per_round, seed=config.seed,
+               shuffle=config.shuffle, traffic=dataclasses.asdict(algorithm.traffic))
+  ident.update(extra or {})
+  return json.loads(json.dumps(ident, sort_keys=True, default=str))
+
+
+def _check_identity(path: str, ident: dict[str, Any]) -> None:
+  if os.path.exists(path):
+    with open(path) as f:
+      stored = json.load(f)
+    diff = sorted(k for k in set(stored) | set(ident) if stored.get(k) != ident.get(k))
+    if diff:
+      raise ValueError(
+          f'{os.path.dirname(path)} holds a different run (differs in: '
+          f'{", ".join(diff)}); choose another --experiment_name or output '
+          'directory, or delete it to start over')
+  else:
+    with open(path, 'w') as f:
+      json.dump(ident, f, indent=2, sort_keys=True)
 
 
 def _read_csv_rows(path: str) -> list[dict[str, Any]]:

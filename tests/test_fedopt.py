@@ -154,8 +154,21 @@ def test_decay_schedules_reach_clients(task, client_data, init_weights):
                                                   NUM_CLIENTS, NUM_CLIENTS]
   np.testing.assert_allclose([c['client_learning_rate'] for c in cw],
                              [0.1 * 0.9 ** t for t in range(4)], rtol=1e-6)
-  finalizer = state.finalizer
-  np.testing.assert_allclose(finalizer['optimizer']['learning_rate'], 0.8 ** 4, rtol=1e-6)
+  np.testing.assert_allclose([c['server_learning_rate'] for c in cw],
+                             [0.8 ** t for t in range(4)], rtol=1e-6)
+  # The finalizer's optimiser ran round 3 at eta_3.
+  np.testing.assert_allclose(state.finalizer['learning_rate'], 0.8 ** 3, rtol=1e-6)
+
+
+def test_rejected_rounds_do_not_shift_the_server_schedule(task, client_data, init_weights):
+  """eta_t follows the round number even when rounds are rejected (non-finite)."""
+  alg = fedopt.build_fedopt(task.model_fn, fedopt.FedOptConfig(
+      client_optimizer=optimizers.OptimizerSpec('sgd', 1e38), local_steps=5,
+      server_optimizer=optimizers.OptimizerSpec('sgd', 1.0), server_lr_decay=0.5))
+  state, outs = run_rounds(alg.process, init_weights, client_data, 3)
+  assert [int(o.metrics['finalizer']['update_non_finite']) for o in outs] == [1, 1, 1]
+  assert_close(trainable(alg.process, state), init_weights.trainable, 0.0)
+  np.testing.assert_allclose(state.finalizer['learning_rate'], 0.5 ** 2, rtol=1e-6)
 
 
 def test_server_lr_schedule_applies_eta_t(task, client_data, init_weights):

@@ -15,7 +15,7 @@ gradient at x_t and the server step is eta_t * gradient.
 Built from TFF's templates: broadcast distributor, our schedule-aware client
 work (`core.client_work`), `tff.aggregators.MeanFactory`, and TFF's
 `build_apply_optimizer_finalizer` (which rejects non-finite updates, keeping
-the server state) with a `schedule_learning_rate`-wrapped optimiser.
+the server state); a decaying eta_t is set into it from the round number.
 """
 
 from __future__ import annotations
@@ -46,9 +46,7 @@ class FedOptConfig:
   uniform_weighting: bool = False       # weight clients by 1 instead of n_i
 
   def __post_init__(self):
-    self.client_schedule()  # validates K_0, E, gamma and their decays
-    schedules.ExponentialDecay(self.server_optimizer.learning_rate,
-                               self.server_lr_decay)
+    self.client_schedule()  # validates K_0, E, gamma, eta and their decays
 
   def client_schedule(self) -> client_work_lib.ClientSchedule:
     steps = (None if self.local_steps is None else
@@ -58,7 +56,9 @@ class FedOptConfig:
     return client_work_lib.ClientSchedule(
         learning_rate=schedules.ExponentialDecay(
             self.client_optimizer.learning_rate, self.client_lr_decay),
-        local_steps=steps, epochs=self.epochs)
+        local_steps=steps, epochs=self.epochs,
+        server_lr=schedules.ExponentialDecay(self.server_optimizer.learning_rate,
+                                             self.server_lr_decay))
 
 
 def initial_weights_computation(model_fn) -> tff.Computation:
@@ -76,19 +76,18 @@ def build_fedopt(model_fn: Callable[[], tff.learning.models.VariableModel],
       client_weighting=(tff.learning.ClientWeighting.UNIFORM
                         if config.uniform_weighting else
                         tff.learning.ClientWeighting.NUM_EXAMPLES))
-  return compose(name, model_fn, work,
-                 optimizers.build_scheduled(config.server_optimizer,
-                                            config.server_lr_decay))
+  return compose(name, model_fn, work, config.server_optimizer.build())
 
 
 def compose(name: str, model_fn, work: client_work_lib.ClientWork,
             server_optimizer: tff.learning.optimizers.Optimizer,
             aggregator: Optional[tff.aggregators.WeightedAggregationFactory] = None,
-            server_learning_rate_fn: Optional[Callable] = None) -> FederatedAlgorithm:
+            ) -> FederatedAlgorithm:
   """Distributor + client work + weighted mean + optimiser finalizer.
 
-  `server_learning_rate_fn(client_work_state)`, if given, sets the server
-  optimiser's learning rate each round (`core.composition`).
+  If the client work's schedule dictates the server learning rate
+  (`work.server_learning_rate_fn`: a decaying eta_t, a plateau rule), it is set
+  into the optimiser each round (`core.composition`).
   """
   initial_weights = initial_weights_computation(model_fn)
   weights_type = initial_weights.type_signature.result
@@ -100,10 +99,10 @@ def compose(name: str, model_fn, work: client_work_lib.ClientWork,
            work.process, aggregator,
            tff.learning.templates.build_apply_optimizer_finalizer(
                server_optimizer, weights_type))
-  if server_learning_rate_fn is None:
+  if work.server_learning_rate_fn is None:
     process = tff.learning.templates.compose_learning_process(*parts)
   else:
-    process = composition.compose_with_server_lr(*parts, server_learning_rate_fn)
+    process = composition.compose_with_server_lr(*parts, work.server_learning_rate_fn)
   return FederatedAlgorithm(
       name=name, process=process,
       traffic=accounting.client_traffic(work.client_computation, weights_type))

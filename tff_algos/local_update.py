@@ -132,9 +132,9 @@ class PlateauSchedule:
         client=plateau.update(state['client'], pre_training_loss, self.client),
         server=plateau.update(state['server'], pre_training_loss, self.server))
 
-  @staticmethod
-  def server_learning_rate(state):
-    return state['server']['lr']
+  @property
+  def server_learning_rate_fn(self):
+    return lambda state: state['server']['lr']
 
 
 def gradient_sum(outcome, hparams):
@@ -172,8 +172,7 @@ def build_local_update_decay(model_fn, config: LocalUpdateConfig,
   if decay.reference_semantics and not config.example_weighted:
     config = dataclasses.replace(config, example_weighted=True)
   return fedopt.compose(name, model_fn, _client_work(model_fn, config, schedule),
-                        config.server_optimizer.build(),
-                        server_learning_rate_fn=schedule.server_learning_rate)
+                        config.server_optimizer.build())
 
 
 # Trainer integration: flag values (HParams) -> configs, in one place.

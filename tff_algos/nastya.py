@@ -79,12 +79,14 @@ class NastyaConfig:
     return client_work_lib.ClientSchedule(
         learning_rate=schedules.ExponentialDecay(self.client_learning_rate,
                                                  self.client_lr_decay),
-        local_steps=None, epochs=1)
+        local_steps=None, epochs=1,
+        server_lr=schedules.ExponentialDecay(self.server_optimizer.learning_rate,
+                                             self.server_lr_decay))
 
   def server(self) -> tff.learning.optimizers.Optimizer:
     if self.adaptive_server_lr:
       return adaptive_step.AdaptiveGD(self.server_optimizer.learning_rate)
-    return optimizers.build_scheduled(self.server_optimizer, self.server_lr_decay)
+    return self.server_optimizer.build()
 
 
 def client_gradient(outcome, hparams):

@@ -46,6 +46,15 @@ class ClientSchedule:
   epochs: int = 1
   # Also measure each client's loss at x_t before training (a metric only).
   needs_pre_training_loss: bool = False
+  # eta_t = server_lr(t), set into the server optimiser each round from the
+  # round number here, so a rejected (non-finite) round does not shift it.
+  server_lr: Optional[schedules.ExponentialDecay] = None
+
+  @property
+  def server_learning_rate_fn(self):
+    if self.server_lr is None or self.server_lr.constant:
+      return None
+    return lambda state: self.server_lr(state['round_num'])
 
   def __post_init__(self):
     if self.local_steps is None and self.epochs < 1:
@@ -77,9 +86,11 @@ class ClientSchedule:
 
 class ClientWork(NamedTuple):
   """The process, and the per-client computation it maps (for accounting:
-  its parameter is what a client downloads, its result what it uploads)."""
+  its parameter is what a client downloads, its result what it uploads), and
+  the server learning rate its schedule dictates (None: the optimiser's own)."""
   process: tff.learning.templates.ClientWorkProcess
   client_computation: tff.Computation
+  server_learning_rate_fn: Optional[Callable[[Any], tf.Tensor]] = None
 
 
 def weights_type_of(model_fn) -> tff.Type:
@@ -142,9 +153,9 @@ def build_client_work(
 
   hparams_type = round_hparams.type_signature.result
 
-  server_lr = None
-  if hasattr(schedule, 'server_learning_rate'):
-    server_lr = tff.tensorflow.computation(schedule.server_learning_rate, state_type)
+  server_lr_fn = getattr(schedule, 'server_learning_rate_fn', None)
+  server_lr = (None if server_lr_fn is None
+               else tff.tensorflow.computation(server_lr_fn, state_type))
 
   @tff.tensorflow.computation(hparams_type, weights_type, data_type)
   def client_update(hparams, initial_weights, dataset):
@@ -218,4 +229,4 @@ def build_client_work(
         new_state, result, tff.federated_zip(measurements))
 
   return ClientWork(tff.learning.templates.ClientWorkProcess(init_fn, next_fn),
-                    client_update)
+                    client_update, server_lr_fn)

@@ -13,7 +13,6 @@ from typing import Callable, Optional
 
 import tensorflow_federated as tff
 
-from tff_algos.core import schedules
 
 NAMES = ('sgd', 'sgdm', 'adam', 'yogi', 'adagrad', 'rmsprop')
 
@@ -66,17 +65,3 @@ class OptimizerSpec:
           initial_preconditioner_value=g('initial_accumulator'))
     return tff.learning.optimizers.build_rmsprop(
         learning_rate=lr, decay=g('beta_2'), epsilon=g('epsilon'))
-
-
-def build_scheduled(spec: OptimizerSpec, decay: float = 1.0
-                    ) -> tff.learning.optimizers.Optimizer:
-  """`spec`'s optimiser with learning rate eta_t = lr * decay**t.
-
-  t counts the optimiser's applied steps (TFF's `schedule_learning_rate`); a
-  constant schedule returns the plain optimiser, so its state is exactly TFF's.
-  """
-  optimizer = spec.build()
-  schedule = schedules.ExponentialDecay(spec.learning_rate, decay)
-  if schedule.constant:
-    return optimizer
-  return tff.learning.optimizers.schedule_learning_rate(optimizer, schedule)

@@ -210,3 +210,21 @@ def test_traffic_counts_model_and_broadcast(task):
   # Down: weights + (gamma_t, K_t, E); up: update + weight + metrics + counters.
   assert alg.traffic.download_bytes == 4 * n_params + 3 * 4
   assert 1.0 < alg.traffic.upload_models < 1.1
+
+
+def test_k_step_clients_are_weighted_by_dataset_size(task, init_weights):
+  """Paper 000 Alg. 1: q_t = sum_i |D_i| Delta_i / sum_i |D_i|, also with K steps."""
+  ids = task.client_ids[:2]
+  data = [task.client_dataset(c) for c in ids]
+  sizes = [len(task.train_data.client_arrays(c)['y']) for c in ids]
+  assert sizes[0] != sizes[1]
+  cfg = dict(client_optimizer=optimizers.OptimizerSpec('sgd', 0.1), local_steps=3)
+  both = fedopt.build_fedopt(task.model_fn, fedopt.FedOptConfig(**cfg))
+  state, _ = run_rounds(both.process, init_weights, data, 1)
+  deltas = []
+  for d in data:
+    s, _ = run_rounds(both.process, init_weights, [d], 1)
+    deltas.append([a - b for a, b in zip(init_weights.trainable, trainable(both.process, s))])
+  expected = [w - (sizes[0] * d0 + sizes[1] * d1) / sum(sizes)
+              for w, d0, d1 in zip(init_weights.trainable, *deltas)]
+  assert_close(trainable(both.process, state), expected, 1e-6)

@@ -217,4 +217,4 @@ def test_resumed_decay_run_decays_at_the_same_rounds(tmp_path):
   assert full == cut
   gammas = full[0]
   assert gammas[0] == pytest.approx(0.1) and gammas[-1] < 0.1 / 3  # it did decay
-  assert sorted(set(gammas), reverse=True) == list(dict.fromkeys(gammas))  # monotone
+  assert all(a >= b for a, b in zip(gammas, gammas[1:]))  # never increases

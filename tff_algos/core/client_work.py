@@ -116,7 +116,7 @@ def build_client_work(
     client_optimizer: `tff.learning.optimizers.Optimizer` run on clients; its
       learning rate is replaced each round by gamma_t.
     schedule: the round schedule of gamma and K (or epochs).
-    client_weighting: NUM_EXAMPLES (examples processed) or UNIFORM.
+    client_weighting: NUM_EXAMPLES (the client's dataset size n_i) or UNIFORM.
     output_fn: picks the uploaded update from the loop's outcome.
     step_weights: Theta for the loop's weighted gradient sum (None: not kept).
   """
@@ -177,7 +177,11 @@ def build_client_work(
       update = output_fn(outcome, hparams)
       finite = tf.logical_and(outcome.finite, local_training.all_finite(update))
       if finite:
-        weight = (tf.cast(outcome.num_examples, tf.float32)
+        # NUM_EXAMPLES weights by the client's dataset size n_i (paper 000,
+        # Alg. 1), not by examples processed: with K steps every client
+        # processes ~K*B examples whatever its size. (Per epoch the two are
+        # proportional, so TFF's FedAvg weights agree.)
+        weight = (tf.cast(local_training.count_examples(dataset), tf.float32)
                   if client_weighting == tff.learning.ClientWeighting.NUM_EXAMPLES
                   else tf.constant(1.0))
       else:

@@ -160,3 +160,10 @@ def mean_loss(model: tff.learning.models.VariableModel, weights: Any,
   model.reset_metrics()
   return (tf.cast(tf.math.divide_no_nan(total, tf.cast(count, tf.float64)),
                   tf.float32), count)
+
+
+def count_examples(dataset: tf.data.Dataset) -> tf.Tensor:
+  """Examples in one pass of a batched dataset (int64), without a model."""
+  def add(count, batch):
+    return count + tf.shape(tf.nest.flatten(batch)[0], out_type=tf.int64)[0]
+  return dataset.reduce(tf.constant(0, tf.int64), add)

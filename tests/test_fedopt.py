@@ -163,7 +163,7 @@ def test_decay_schedules_reach_clients(task, client_data, init_weights):
 def test_rejected_rounds_do_not_shift_the_server_schedule(task, client_data, init_weights):
   """eta_t follows the round number even when rounds are rejected (non-finite)."""
   alg = fedopt.build_fedopt(task.model_fn, fedopt.FedOptConfig(
-      client_optimizer=optimizers.OptimizerSpec('sgd', 1e38), local_steps=5,
+      client_optimizer=optimizers.OptimizerSpec('sgd', float('inf')), local_steps=5,
       server_optimizer=optimizers.OptimizerSpec('sgd', 1.0), server_lr_decay=0.5))
   state, outs = run_rounds(alg.process, init_weights, client_data, 3)
   assert [int(o.metrics['finalizer']['update_non_finite']) for o in outs] == [1, 1, 1]
@@ -191,7 +191,7 @@ def test_server_lr_schedule_applies_eta_t(task, client_data, init_weights):
 
 def test_non_finite_update_leaves_server_state_unchanged(task, client_data, init_weights):
   alg = fedopt.build_fedopt(task.model_fn, fedopt.FedOptConfig(
-      client_optimizer=optimizers.OptimizerSpec('sgd', 1e38), local_steps=5,
+      client_optimizer=optimizers.OptimizerSpec('sgd', float('inf')), local_steps=5,
       server_optimizer=optimizers.OptimizerSpec('adam', 0.01)))
   state0 = alg.process.set_model_weights(alg.process.initialize(), init_weights)
   out = alg.process.next(state0, client_data)

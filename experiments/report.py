@@ -2,26 +2,11 @@
 
 from __future__ import annotations
 
-import csv
 import math
 import os
 from typing import Iterable, Optional, Sequence
 
-
-def read_metrics(path: str) -> list[dict[str, float]]:
-  rows = []
-  with open(path, newline='') as f:
-    for row in csv.DictReader(f):
-      parsed = {}
-      for k, v in row.items():
-        if v in ('', None):
-          continue
-        try:
-          parsed[k] = float(v)
-        except ValueError:
-          parsed[k] = v
-      rows.append(parsed)
-  return rows
+from tff_algos.training import read_metrics  # noqa: F401  (one reader of metrics.csv)
 
 
 def eval_metric_names(rows: Sequence[dict]) -> list[str]:

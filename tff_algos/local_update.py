@@ -176,9 +176,9 @@ def build_local_update_decay(model_fn, config: LocalUpdateConfig,
 
 
 # Trainer integration: flag values (HParams) -> configs, in one place.
-def _reject_unused(hp: HParams, decaying: bool):
-  """LocalUpdate's client runs plain SGD at a constant (or plateau) gamma."""
-  del decaying  # both variants: constant gamma/eta, or the plateau rule
+def _reject_unused(hp: HParams):
+  """Both variants run client SGD at a constant (or plateau-driven) gamma and
+  eta, so client-optimizer and round-schedule flags would be ignored."""
   defaults = HParams()
   unused = ['client_optimizer', 'client_momentum', 'local_steps_decay',
             'client_lr_decay', 'server_lr_decay']
@@ -207,7 +207,7 @@ def _decay(hp: HParams) -> DecayConfig:
 
 
 def _check(hp: HParams, preset: Optional[str] = None, decaying: bool = False):
-  _reject_unused(hp, decaying)
+  _reject_unused(hp)
   config = _config(hp, preset)
   if decaying:
     decay = _decay(hp)

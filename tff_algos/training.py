@@ -18,7 +18,6 @@ events (`tff.program.TensorBoardReleaseManager`), `checkpoints/`
 from __future__ import annotations
 
 import asyncio
-import collections
 import csv
 import dataclasses
 import json
@@ -26,7 +25,7 @@ import math
 import os
 import time
 import zlib
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Mapping, Optional
 
 import numpy as np
 import tensorflow as tf
@@ -105,18 +104,15 @@ def shuffle_seed(mode: str, seed: int, round_num: int, client_id: str) -> Option
 
 def flatten_metrics(metrics, prefix: str = '') -> dict[str, Any]:
   """Nested measurements -> {'a/b/c': python scalar}."""
-  out = {}
-  if isinstance(metrics, (dict, collections.OrderedDict)) or hasattr(metrics, '_asdict'):
-    items = metrics.items() if not hasattr(metrics, '_asdict') else metrics._asdict().items()
-    for key, value in items:
+  if hasattr(metrics, '_asdict'):
+    metrics = metrics._asdict()
+  if isinstance(metrics, Mapping):
+    out = {}
+    for key, value in metrics.items():
       out.update(flatten_metrics(value, f'{prefix}{key}/'))
     return out
   value = np.asarray(metrics)
-  if value.size == 1:
-    out[prefix[:-1]] = value.item()
-  else:
-    out[prefix[:-1]] = value.tolist()
-  return out
+  return {prefix[:-1]: value.item() if value.size == 1 else value.tolist()}
 
 
 def build_evaluator(task: Task, max_examples: Optional[int] = None
@@ -329,7 +325,7 @@ def run_training(algorithm: FederatedAlgorithm, task: Task, config: RunConfig,
                  final_eval=last_eval, task_info=task.info)
   rows = history
   if out_dir and os.path.exists(os.path.join(out_dir, 'metrics.csv')):
-    rows = _read_csv_rows(os.path.join(out_dir, 'metrics.csv'))  # whole run
+    rows = read_metrics(os.path.join(out_dir, 'metrics.csv'))  # whole run
   summary['totals'] = {
       key: float(sum(r.get(col, 0.0) for r in rows)) for key, col in (
           ('client_steps', 'client_work/client_steps'),
@@ -371,7 +367,13 @@ def _check_identity(path: str, ident: dict[str, Any]) -> None:
       json.dump(ident, f, indent=2, sort_keys=True)
 
 
-def _read_csv_rows(path: str) -> list[dict[str, Any]]:
+def read_metrics(path: str) -> list[dict[str, Any]]:
+  """Rows of a metrics.csv: numbers as floats, empty cells left out."""
+  def parse(v):
+    try:
+      return float(v)
+    except ValueError:
+      return v
   with open(path, newline='') as f:
-    return [{k: float(v) for k, v in row.items() if v not in ('', None)}
+    return [{k: parse(v) for k, v in row.items() if v not in ('', None)}
             for row in csv.DictReader(f)]

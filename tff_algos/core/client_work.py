@@ -93,12 +93,6 @@ class ClientWork(NamedTuple):
   server_learning_rate_fn: Optional[Callable[[Any], tf.Tensor]] = None
 
 
-def weights_type_of(model_fn) -> tff.Type:
-  with tf.Graph().as_default():
-    model = model_fn()
-  return tff.learning.models.weights_type_from_model(model)
-
-
 def build_client_work(
     model_fn: Callable[[], tff.learning.models.VariableModel],
     client_optimizer: tff.learning.optimizers.Optimizer,

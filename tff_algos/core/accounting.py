@@ -52,3 +52,23 @@ def client_traffic(client_computation: tff.Computation,
   down = sum(type_bytes(p) for p in params if not isinstance(p, tff.SequenceType))
   return ClientTraffic(download_bytes=down, upload_bytes=type_bytes(sig.result),
                        model_bytes=type_bytes(model_weights_type.trainable))
+
+
+@dataclasses.dataclass(frozen=True)
+class ComputeModel:
+  """What an algorithm's clients compute beyond plain local SGD (paper 004 App. B).
+
+  Client FLOPs per round = (fwd+bwd FLOPs per example) x (examples trained on)
+  + optimizer_flops_per_param x |x| x (local steps) + the extra gradient passes
+  named here. The model-dependent fwd+bwd count is measured, not tabulated.
+  """
+  optimizer_flops_per_param: float = 2.0   # plain SGD: y <- y - lr * g
+  # Extra gradient evaluations per client and round, besides local training:
+  # None, 'full_batch' (Mimelite: grad f_i(x_t) over the whole local dataset)
+  # or 'one_batch' (MimeXlite: one minibatch gradient at x_t).
+  extra_gradient: str | None = None
+
+  def __post_init__(self):
+    if self.extra_gradient not in (None, 'full_batch', 'one_batch'):
+      raise ValueError(f'extra_gradient must be None, full_batch or one_batch, '
+                       f'got {self.extra_gradient!r}')

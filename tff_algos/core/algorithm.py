@@ -15,3 +15,4 @@ class FederatedAlgorithm:
   name: str
   process: tff.learning.templates.LearningProcess
   traffic: accounting.ClientTraffic
+  compute: accounting.ComputeModel = accounting.ComputeModel()

@@ -122,14 +122,18 @@ def problem():
 
 
 def test_numpy_gradient_and_smoothness(problem):
-  _, prob = problem
+  task, prob = problem
   rng = np.random.default_rng(0)
   x, v = rng.normal(size=31) * 0.3, rng.normal(size=31)
   eps = 1e-6
   fd = (prob.loss(x + eps * v) - prob.loss(x - eps * v)) / (2 * eps)
   assert prob.grad(x) @ v == pytest.approx(fd, rel=1e-6)
   # Client-uniform weights: clients of 190, 190, 189 examples weigh 1/3 each.
-  assert prob.weights.sum() == pytest.approx(1.0)
+  sizes = [len(list(task.client_dataset(c).unbatch())) for c in task.client_ids]
+  assert sorted(sizes) == [189, 190, 190]
+  per_client = np.split(prob.weights, np.cumsum(sizes)[:-1])
+  for w, n in zip(per_client, sizes):
+    np.testing.assert_allclose(w, 1.0 / (3 * n), rtol=1e-12)
   # L bounds the Hessian everywhere and is attained (up to lambda) at x = 0.
   big = np.linalg.eigvalsh(prob.hessian(np.zeros(31))).max()
   assert big == pytest.approx(prob.smoothness(), rel=1e-12)

@@ -432,7 +432,7 @@ def test_large_server_step_beats_fedrr_at_small_gamma():
      'adaptive server step is plain SGD'),
     ('nastya', HParams(client_learning_rate=0.0), 'gamma must be > 0'),
     ('fedrr', HParams(server_learning_rate=0.5), 'fedrr has no server step'),
-    ('fedrr', HParams(server_adaptive_lr=True), 'fedrr has no server step'),
+    ('fedrr', HParams(server_adaptive_lr=True), '--server_adaptive_lr is not used by fedrr'),
 ])
 def test_trainer_rejects_bad_hparams(name, hp, message):
   with pytest.raises(ValueError, match=message):

@@ -44,10 +44,29 @@ class HParams:
   decay_reference_semantics: bool = False
   # Nastya (paper 001).
   server_adaptive_lr: bool = False      # Malitsky-Mishchenko adaptive server step
+  # Client optimiser statistics (adam, rmsprop; FedGBO, MFL, Mimelite, paper 004).
+  client_beta_1: Optional[float] = None
+  client_beta_2: Optional[float] = None
+  client_epsilon: Optional[float] = None
+  # FedGBO/Mime(X)lite: the authors' code (v_0 = 1, no bias correction, eps 1e-3, plain mean).
+  gbo_reference_conventions: bool = False
+  # FedDyn / SCAFFOLD / FedProx (paper 003).
+  feddyn_alpha: float = 0.01
+  feddyn_adaptive_alpha: bool = False   # alpha_k = alpha / (n_k / mean n) (reference code)
+  feddyn_weight_decay_form: bool = False  # alpha term as SGD weight decay (reference code)
+  feddyn_report_device_average: bool = False  # evaluate mean of all device models (reference)
+  client_weight_decay: float = 0.0      # l2 weight decay of local steps (feddyn, scaffold)
+  clip_norm: Optional[float] = None     # global-norm gradient clipping (feddyn, scaffold)
+  prox_mu: float = 0.01                 # FedProx proximal strength mu
+  # FedMAX (paper 004 baseline).
+  fedmax_beta: float = 1.0              # weight of KL(softmax(penultimate) || uniform)
+  fedmax_reference_kl: bool = False     # KL(uniform || softmax(.)) as the authors' code
 
   def client_optimizer_spec(self) -> optimizers.OptimizerSpec:
     return optimizers.OptimizerSpec(self.client_optimizer, self.client_learning_rate,
-                                    momentum=self.client_momentum)
+                                    momentum=self.client_momentum,
+                                    beta_1=self.client_beta_1, beta_2=self.client_beta_2,
+                                    epsilon=self.client_epsilon)
 
   def server_optimizer_spec(self) -> optimizers.OptimizerSpec:
     return optimizers.OptimizerSpec(

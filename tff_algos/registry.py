@@ -6,13 +6,23 @@ gathers them, so adding an algorithm is one file plus one line in `_MODULES`.
 
 from __future__ import annotations
 
+import dataclasses
+
 from tff_algos import fedopt
+from tff_algos import feddyn
+from tff_algos import fedmax
+from tff_algos import fedgbo
+from tff_algos import fedprox
 from tff_algos import nastya
+from tff_algos import scaffold
 from tff_algos import local_update
+from tff_algos import mfl
+from tff_algos import mime
 from tff_algos.core.algorithm import FederatedAlgorithm
 from tff_algos.hparams import AlgorithmSpec, HParams
 
-_MODULES = (fedopt, local_update, nastya)
+_MODULES = (fedopt, local_update, nastya, feddyn, scaffold, fedprox, fedmax,
+            fedgbo, mfl, mime)
 
 ALGORITHMS: dict[str, AlgorithmSpec] = {
     spec.name: spec for module in _MODULES for spec in module.ALGORITHM_SPECS}
@@ -25,9 +35,41 @@ def get(name: str) -> AlgorithmSpec:
   return ALGORITHMS[name]
 
 
+# Flags that only some algorithms read: setting one for another algorithm is
+# an error, not a silent no-op. (LocalUpdate's theta/decay_* flags are checked
+# by local_update itself.)
+ALGORITHM_SPECIFIC_FLAGS: dict[str, frozenset[str]] = {
+    **dict.fromkeys(('feddyn_alpha', 'feddyn_adaptive_alpha', 'feddyn_weight_decay_form',
+                     'feddyn_report_device_average'), frozenset({'feddyn'})),
+    **dict.fromkeys(('client_weight_decay', 'clip_norm'), frozenset({'feddyn', 'scaffold'})),
+    'prox_mu': frozenset({'fedprox'}),
+    **dict.fromkeys(('fedmax_beta', 'fedmax_reference_kl'), frozenset({'fedmax'})),
+    'gbo_reference_conventions': frozenset({'fedgbo', 'mfl', 'mimelite', 'mimexlite'}),
+    'server_adaptive_lr': frozenset({'nastya'}),
+}
+
+
+def check_specific_flags(name: str, hp: HParams) -> None:
+  defaults = HParams()
+  for flag, users in ALGORITHM_SPECIFIC_FLAGS.items():
+    if name not in users and getattr(hp, flag) != getattr(defaults, flag):
+      raise ValueError(f'--{flag} is not used by {name} (only by '
+                       f'{", ".join(sorted(users))}); leave it at its default')
+
+
+def for_algorithm(name: str, hp: HParams) -> HParams:
+  """`hp` with other algorithms' specific flags at their defaults (for grids
+  that pass one set of flags to several algorithms)."""
+  defaults = HParams()
+  reset = {flag: getattr(defaults, flag) for flag, users in ALGORITHM_SPECIFIC_FLAGS.items()
+           if name not in users}
+  return dataclasses.replace(hp, **reset)
+
+
 def check(name: str, hp: HParams) -> AlgorithmSpec:
   """Raises ValueError for a bad name or hyperparameters, before any tracing."""
   spec = get(name)
+  check_specific_flags(name, hp)
   spec.check(hp)
   hp.client_optimizer_spec()
   return spec

@@ -23,6 +23,8 @@ import dataclasses
 import json
 import math
 import os
+import shutil
+import tempfile
 import time
 import zlib
 from typing import Any, Callable, Mapping, Optional
@@ -32,7 +34,10 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tasks.base import Task
+from tff_algos.core import accounting
+from tff_algos.core import client_state
 from tff_algos.core import local_training
+from tff_algos.core import stateful_process
 from tff_algos.core.algorithm import FederatedAlgorithm
 
 
@@ -242,10 +247,17 @@ def run_training(algorithm: FederatedAlgorithm, task: Task, config: RunConfig,
   run_identity = _identity(algorithm, task, config, identity)
   if out_dir:
     _check_identity(os.path.join(out_dir, 'run_identity.json'), run_identity)
-  state = process.initialize()
+  # fwd+bwd FLOPs of the model (issue 6); measured before the seeded init.
+  model_cost = accounting.model_cost(task.model_fn)
+  client_sizes = accounting.ClientSizes()
+  stateful = algorithm.stateful_clients
+  state = (process.initialize(stateful_process.population_of(
+      task, process.needs_mean_examples)) if stateful else process.initialize())
   state = process.set_model_weights(
       state, initial_weights if initial_weights is not None
       else initial_model_weights(task, config.seed))
+  # A never-selected client's state (may depend on the initial model).
+  initial_client_state = process.initial_client_state(state) if stateful else None
   start_round = 0
   if state_manager is not None:
     loaded, version = asyncio.run(_load_checkpoint(state_manager, state))
@@ -253,9 +265,19 @@ def run_training(algorithm: FederatedAlgorithm, task: Task, config: RunConfig,
       state, start_round = loaded, version
   if out_dir:
     csv_writer = MetricsCSV(os.path.join(out_dir, 'metrics.csv'), start_round)
+  # Running totals of bytes and client FLOPs (issue 6), continued on resume
+  # from the rows kept in metrics.csv.
+  cumulative = accounting.CumulativeCost(
+      read_metrics(csv_writer.path) if csv_writer and os.path.exists(csv_writer.path)
+      else ())
   if start_round > config.total_rounds:
     raise ValueError(f'checkpoint at round {start_round} is past total_rounds='
                      f'{config.total_rounds}')
+
+  # Stateful clients (FedDyn, SCAFFOLD): their states live in a disk-backed
+  # store, rolled back to the checkpoint's round on resume.
+  store = _client_state_store(initial_client_state, task, out_dir, start_round) \
+      if stateful else None
 
   traffic = algorithm.traffic
   history: list[dict[str, Any]] = []
@@ -275,13 +297,20 @@ def run_training(algorithm: FederatedAlgorithm, task: Task, config: RunConfig,
       data = [task.client_dataset(
           cid, shuffle_seed(config.shuffle, config.seed, round_num, cid),
           reshuffle_each_epoch=config.shuffle == 'rr') for cid in cohort]
-      output = process.next(state, data)
+      if store is None:
+        output = process.next(state, data)
+      else:
+        output = process.next(state, data, store.gather(cohort))
+        store.scatter(cohort, output.client_states)
       state = output.state
       row = {'round': round_num + 1}
       row.update(flatten_metrics(output.metrics))
       m = len(cohort)
       row['download_bytes'] = m * traffic.download_bytes
       row['upload_bytes'] = m * traffic.upload_bytes
+      row['client_flops'] = accounting.round_client_flops(
+          algorithm.compute, model_cost, row, client_sizes, cohort, data)
+      cumulative.update(row)
       row['round_time_s'] = time.perf_counter() - t0
       done = round_num + 1
       if (config.rounds_per_eval and done % config.rounds_per_eval == 0) or \
@@ -299,6 +328,8 @@ def run_training(algorithm: FederatedAlgorithm, task: Task, config: RunConfig,
             {k: v for k, v in scalars.items() if k != 'round'}, key=done))
       if state_manager is not None and (
           done % config.rounds_per_checkpoint == 0 or done == config.total_rounds):
+        if store is not None:  # first: a crash before the next line resumes earlier
+          store.checkpoint(done)
         asyncio.run(state_manager.save(state, done))
       if bar is not None:
         bar.update(1)
@@ -309,6 +340,10 @@ def run_training(algorithm: FederatedAlgorithm, task: Task, config: RunConfig,
   finally:
     if bar is not None:
       bar.close()
+    if store is not None:
+      store.close()
+      if not out_dir:
+        shutil.rmtree(store.directory, ignore_errors=True)
   wall = time.perf_counter() - t_start
 
   weights = process.get_model_weights(state)
@@ -322,6 +357,8 @@ def run_training(algorithm: FederatedAlgorithm, task: Task, config: RunConfig,
                  download_bytes_per_client=traffic.download_bytes,
                  upload_bytes_per_client=traffic.upload_bytes,
                  model_bytes=traffic.model_bytes,
+                 fwd_bwd_flops_per_example=model_cost.fwd_bwd_flops_per_example,
+                 num_params=model_cost.num_params,
                  final_eval=last_eval, task_info=task.info)
   rows = history
   if out_dir and os.path.exists(os.path.join(out_dir, 'metrics.csv')):
@@ -330,6 +367,7 @@ def run_training(algorithm: FederatedAlgorithm, task: Task, config: RunConfig,
       key: float(sum(r.get(col, 0.0) for r in rows)) for key, col in (
           ('client_steps', 'client_work/client_steps'),
           ('download_bytes', 'download_bytes'), ('upload_bytes', 'upload_bytes'),
+          ('client_flops', 'client_flops'),
           ('round_time_s', 'round_time_s'))}
   if rows:
     summary['final_train'] = {k: v for k, v in rows[-1].items()
@@ -342,6 +380,20 @@ def run_training(algorithm: FederatedAlgorithm, task: Task, config: RunConfig,
              *[np.asarray(w) for w in weights.trainable])
   return RunResult(state=state, model_weights=weights, history=history,
                    final_eval=last_eval, resumed_from=start_round, summary=summary)
+
+
+def _client_state_store(initial_state, task: Task, out_dir: Optional[str],
+                        start_round: int) -> client_state.ClientStateStore:
+  """The run's client-state store at round `start_round` (temporary without
+  an output directory)."""
+  directory = (os.path.join(out_dir, 'client_state') if out_dir
+               else tempfile.mkdtemp(prefix='client_state_'))
+  store = client_state.ClientStateStore(directory, task.client_ids, initial_state)
+  if start_round == 0:
+    store.reset()
+  else:
+    store.restore(start_round)
+  return store
 
 
 def _identity(algorithm, task, config, extra) -> dict[str, Any]:

@@ -16,3 +16,7 @@ class FederatedAlgorithm:
   process: tff.learning.templates.LearningProcess
   traffic: accounting.ClientTraffic
   compute: accounting.ComputeModel = accounting.ComputeModel()
+  # True: `process` is a `core.stateful_process.StatefulLearningProcess` whose
+  # per-client state the trainer keeps in a `core.client_state.ClientStateStore`
+  # (FedDyn, SCAFFOLD); its `traffic` excludes that state (it stays on clients).
+  stateful_clients: bool = False

@@ -102,6 +102,7 @@ def build_client_work(
         tff.learning.ClientWeighting.NUM_EXAMPLES),
     output_fn: ClientOutputFn = model_delta,
     step_weights: Optional[tf.Tensor] = None,
+    correction: Optional[Callable[[Any], local_training.CorrectionFn]] = None,
 ) -> ClientWork:
   """Client work running the shared local loop under a round schedule.
 
@@ -113,6 +114,8 @@ def build_client_work(
     client_weighting: NUM_EXAMPLES (the client's dataset size n_i) or UNIFORM.
     output_fn: picks the uploaded update from the loop's outcome.
     step_weights: Theta for the loop's weighted gradient sum (None: not kept).
+    correction: optional `initial_weights -> correction_fn` changing the local
+      objective's gradient (e.g. FedProx's mu (theta - x_t)).
   """
   with tf.Graph().as_default():
     whimsy = model_fn()
@@ -167,7 +170,8 @@ def build_client_work(
           hparams['learning_rate'], tf.float32)
       outcome = local_training.run_local_training(
           model, client_optimizer, opt_hparams, initial_weights, dataset,
-          hparams['num_steps'], hparams['num_epochs'], step_weights=theta)
+          hparams['num_steps'], hparams['num_epochs'], step_weights=theta,
+          correction_fn=None if correction is None else correction(initial_weights))
       update = output_fn(outcome, hparams)
       finite = tf.logical_and(outcome.finite, local_training.all_finite(update))
       if finite:

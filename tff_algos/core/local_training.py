@@ -38,6 +38,8 @@ class LocalOutcome:
   num_examples: tf.Tensor  # int64
   num_steps: tf.Tensor     # int32
   finite: tf.Tensor        # bool: delta (and grad_sum) free of NaN/Inf
+  # The client optimiser's state after the loop (MFL uploads its statistics).
+  optimizer_state: Any = None
 
 
 def client_dataset(dataset: tf.data.Dataset, num_steps, num_epochs) -> tf.data.Dataset:
@@ -69,6 +71,7 @@ def run_local_training(
     *,
     correction_fn: Optional[CorrectionFn] = None,
     step_weights: Optional[tf.Tensor] = None,
+    optimizer_state: Optional[Any] = None,
 ) -> LocalOutcome:
   """Runs the local loop on `model` (a VariableModel, reused across calls).
 
@@ -87,11 +90,14 @@ def run_local_training(
       `step_weights` accumulates).
     step_weights: optional float vector Theta; theta_k weights the k-th raw
       gradient in `grad_sum` (steps past its length get weight 0).
+    optimizer_state: optional state to start the optimiser from (e.g. global
+      statistics downloaded from the server) instead of `optimizer.initialize`.
   """
   assign_weights(model, initial_weights)
   trainable = model.trainable_variables
   specs = tuple(tf.TensorSpec(v.shape, v.dtype) for v in trainable)
-  opt_state = optimizer.initialize(specs)
+  opt_state = (optimizer.initialize(specs) if optimizer_state is None
+               else optimizer_state)
   if optimizer_hparams is not None:
     opt_state = optimizer.set_hparams(opt_state, optimizer_hparams)
   grad_sum = (tuple(tf.zeros_like(v) for v in trainable)
@@ -120,7 +126,7 @@ def run_local_training(
       n = tf.cast(output.num_examples, tf.int64)
     return opt_state, grad_sum, num_examples + n, steps + 1
 
-  _, grad_sum, num_examples, steps = client_dataset(
+  opt_state, grad_sum, num_examples, steps = client_dataset(
       dataset, num_steps, num_epochs).reduce(
           (opt_state, grad_sum, tf.constant(0, tf.int64), tf.constant(0, tf.int32)),
           step)
@@ -135,7 +141,7 @@ def run_local_training(
     grad_sum = None
     finite = all_finite(delta)
   return LocalOutcome(delta=delta, grad_sum=grad_sum, num_examples=num_examples,
-                      num_steps=steps, finite=finite)
+                      num_steps=steps, finite=finite, optimizer_state=opt_state)
 
 
 def mean_loss(model: tff.learning.models.VariableModel, weights: Any,

@@ -1,0 +1,95 @@
+"""FedProx against the proximal rule (numpy) and TFF's build_weighted_fed_prox."""
+
+import numpy as np
+import pytest
+import tensorflow_federated as tff
+
+from least_squares import Problem
+from tff_algos import fedopt
+from tff_algos import fedprox
+from tff_algos import registry
+from tff_algos.core import optimizers
+from tff_algos.hparams import HParams
+
+GAMMA, BATCH, SERVER_LR = 0.05, 3, 0.8
+X0 = np.array([0.3, -0.2, 1.0])
+
+
+@pytest.fixture(scope='module')
+def problem():
+  return Problem(sizes=[5, 9, 6, 8], seed=5)
+
+
+def run(process, p, rounds):
+  state = process.set_model_weights(process.initialize(), p.weights(X0))
+  for _ in range(rounds):
+    state = process.next(state, p.datasets(batch_size=BATCH)).state
+  return np.asarray(process.get_model_weights(state).trainable[0], np.float64)
+
+
+def reference_fedprox(p, rounds, mu):
+  """One epoch of SGD on L_k + mu/2 ||theta - x||^2; n_k-weighted mean delta."""
+  x = np.array(X0, np.float64)
+  sizes = np.array([len(y) for y in p.Y], np.float64)
+  for _ in range(rounds):
+    deltas = []
+    for k in range(p.num_clients):
+      y, n = x.copy(), len(p.Y[k])
+      for start in range(0, n, BATCH):
+        g = p.batch_grad(k, y, start, min(start + BATCH, n))
+        y = y - GAMMA * (g + mu * (y - x))
+      deltas.append(x - y)
+    x = x - SERVER_LR * np.average(deltas, axis=0, weights=sizes)
+  return x
+
+
+def tff_fed_prox(p, mu):
+  return tff.learning.algorithms.build_weighted_fed_prox(
+      p.model_fn, proximal_strength=mu,
+      client_optimizer_fn=tff.learning.optimizers.build_sgdm(GAMMA),
+      server_optimizer_fn=tff.learning.optimizers.build_sgdm(SERVER_LR))
+
+
+def ours(p, mu):
+  return registry.build('fedprox', p.model_fn, HParams(
+      prox_mu=mu, client_learning_rate=GAMMA, server_learning_rate=SERVER_LR)).process
+
+
+@pytest.mark.parametrize('mu', [0.5, 2.0])
+def test_fedprox_follows_the_proximal_rule(problem, mu):
+  result = run(ours(problem, mu), problem, 2)
+  np.testing.assert_allclose(result, reference_fedprox(problem, 2, mu), rtol=1e-5,
+                             atol=1e-5)
+  # The proximal term matters: mu = 0 (FedAvg) ends elsewhere.
+  assert np.abs(result - reference_fedprox(problem, 2, 0.0)).max() > 1e-2
+
+
+def test_fedprox_equals_tff_at_mu_0_and_tff_has_the_opposite_sign(problem):
+  np.testing.assert_allclose(run(ours(problem, 0.0), problem, 2),
+                             run(tff_fed_prox(problem, 0.0), problem, 2),
+                             rtol=0, atol=1e-5)
+  # TFF 0.87's FedProx adds mu (x_t - theta): it follows the rule with -mu.
+  theirs = run(tff_fed_prox(problem, 2.0), problem, 2)
+  np.testing.assert_allclose(theirs, reference_fedprox(problem, 2, -2.0), rtol=1e-5,
+                             atol=1e-5)
+  assert np.abs(theirs - reference_fedprox(problem, 2, 2.0)).max() > 1e-2
+
+
+def test_fedprox_mu_0_is_fedavg_and_traffic_is_fedavgs():
+  p = Problem(seed=1)
+  config = fedopt.FedOptConfig(client_optimizer=optimizers.OptimizerSpec('sgd', 0.05),
+                               local_steps=4)
+  prox = fedprox.build_fedprox(p.model_fn, fedprox.FedProxConfig(mu=0.0, fedopt=config))
+  avg = fedopt.build_fedopt(p.model_fn, config)
+  assert prox.traffic == avg.traffic
+  np.testing.assert_allclose(run(prox.process, p, 2), run(avg.process, p, 2), rtol=0,
+                             atol=1e-6)
+
+
+def test_fedprox_flags_validate_early():
+  registry.check('fedprox', HParams(prox_mu=0.1, server_optimizer='adam',
+                                    server_learning_rate=0.01, local_steps=5))
+  for bad in (HParams(prox_mu=-1.0), HParams(client_epochs_per_round=0),
+              HParams(local_steps_decay=0.9)):
+    with pytest.raises(ValueError):
+      registry.check('fedprox', bad)

@@ -1,0 +1,34 @@
+"""Algorithm registry: names, and flags that only some algorithms read."""
+
+import dataclasses
+
+import pytest
+
+from tff_algos import registry
+from tff_algos.hparams import HParams
+
+
+def test_every_algorithm_of_the_issues_is_registered():
+  assert {'fedavg', 'fedsgd', 'local_update', 'local_update_decay', 'reptile', 'fomaml',
+          'kmaml', 'minibatch_sgd', 'nastya', 'fedrr', 'feddyn', 'scaffold', 'fedprox',
+          'fedgbo', 'mfl', 'mimelite', 'mimexlite', 'fedmax'} <= set(registry.ALGORITHMS)
+  with pytest.raises(ValueError, match='unknown algorithm'):
+    registry.get('fedavgg')
+
+
+@pytest.mark.parametrize('flag,value,users', [
+    ('clip_norm', 10.0, {'feddyn', 'scaffold'}),
+    ('prox_mu', 0.1, {'fedprox'}),
+    ('feddyn_alpha', 0.1, {'feddyn'}),
+    ('fedmax_beta', 0.5, {'fedmax'}),
+    ('server_adaptive_lr', True, {'nastya'}),
+])
+def test_algorithm_specific_flags_are_not_silently_ignored(flag, value, users):
+  hp = dataclasses.replace(HParams(), **{flag: value})
+  for name in ('fedavg', 'fedsgd', *users):
+    if name in users:
+      registry.check_specific_flags(name, hp)  # accepted
+    else:
+      with pytest.raises(ValueError, match=f'--{flag} is not used by {name}'):
+        registry.check(name, hp)
+  registry.check_specific_flags('fedavg', HParams())  # defaults are always fine

@@ -1,0 +1,245 @@
+"""FedDyn: federated learning with dynamic regularisation.
+
+Paper 003: Acar, Zhao, Matas, Mattina, Whatmough, Saligrama, "Federated
+Learning Based on Dynamic Regularization" (ICLR 2021), Algorithm 1.
+
+Client k keeps g_k = grad L_k(theta_k) (initially 0) between participations.
+Round t, server model theta_{t-1}, cohort P_t, m clients in all:
+
+  client k:  theta_k^t = argmin_theta  L_k(theta) - <g_k, theta>
+                                        + alpha/2 ||theta - theta_{t-1}||^2
+             (inexactly: local SGD, gradient grad L_k(theta) - g_k
+              + alpha (theta - theta_{t-1}))
+             g_k <- g_k - alpha (theta_k^t - theta_{t-1})        (client state)
+             uploads  d_k = theta_k^t - theta_{t-1}
+  server:    h_t = h_{t-1} - alpha/m sum_{k in P_t} d_k
+             theta_t = mean_{k in P_t} theta_k^t - h_t / alpha
+
+Options of the authors' reference code (alpemreacar/FedDyn), all off by default:
+* `adaptive_alpha`: client k uses alpha_k = alpha / (n_k / mean n) in its
+  objective and state update (the server keeps alpha);
+* `weight_decay_form`: the quadratic is SGD weight decay, so gradient
+  clipping sees grad L_k - g_k - alpha_k theta_{t-1} and the step adds
+  (alpha_k + weight_decay) theta after clipping; otherwise clipping sees the
+  whole gradient and weight_decay theta is added after it;
+* `clip_norm`: global-norm clipping of the local gradient (reference: 10);
+* `weight_decay`: plain l2 weight decay of the local steps (reference: 1e-3);
+* `report_device_average`: the reported (evaluated) model is the average of
+  ALL m device models theta_k (a never-selected device holds the initial
+  model), as the reference code's `all_model`. Each client then also keeps
+  theta_k in its state and uploads theta_k^t - theta_k^old, so the server
+  tracks the average incrementally: avg += (1/m) sum_k (theta_k^t - theta_k^old)
+  (one more model uploaded, counted in the traffic). The server model theta_t
+  itself is `process.server_model(state)`.
+Clients whose update is non-finite are left out of the mean and keep g_k.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+from typing import Callable, Optional
+
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tff_algos.core import client_work as client_work_lib
+from tff_algos.core import local_training
+from tff_algos.core import schedules
+from tff_algos.core import stateful_process
+from tff_algos.core.algorithm import FederatedAlgorithm
+from tff_algos.hparams import AlgorithmSpec, HParams
+
+
+@dataclasses.dataclass(frozen=True)
+class FedDynConfig:
+  alpha: float = 0.01                  # paper's default alpha
+  client_learning_rate: float = 0.1    # gamma (plain SGD)
+  local_steps: Optional[int] = None    # K_0; None: `epochs` epochs
+  epochs: int = 1
+  local_steps_decay: float = 1.0
+  client_lr_decay: float = 1.0
+  adaptive_alpha: bool = False
+  weight_decay_form: bool = False
+  weight_decay: float = 0.0
+  clip_norm: Optional[float] = None
+  report_device_average: bool = False
+
+  def __post_init__(self):
+    if not self.alpha > 0:
+      raise ValueError(f'feddyn alpha must be > 0, got {self.alpha}')
+    if self.weight_decay < 0:
+      raise ValueError(f'weight decay must be >= 0, got {self.weight_decay}')
+    if self.clip_norm is not None and not self.clip_norm > 0:
+      raise ValueError(f'clip_norm must be > 0 (or unset), got {self.clip_norm}')
+    self.client_schedule()
+
+  def client_schedule(self) -> client_work_lib.ClientSchedule:
+    steps = (None if self.local_steps is None else
+             schedules.LocalSteps(self.local_steps, self.local_steps_decay))
+    if steps is None and self.local_steps_decay != 1.0:
+      raise ValueError('local_steps_decay needs local_steps (K_0)')
+    return client_work_lib.ClientSchedule(
+        learning_rate=schedules.ExponentialDecay(self.client_learning_rate,
+                                                 self.client_lr_decay),
+        local_steps=steps, epochs=self.epochs)
+
+
+def _zeros(structure):
+  return tf.nest.map_structure(tf.zeros_like, structure)
+
+
+def local_gradient(config: FedDynConfig, grads, weights, server_weights, g_k,
+                   alpha_k):
+  """The local step's gradient: grad L_k - g_k + alpha_k (theta - theta_{t-1})."""
+  if config.weight_decay_form:
+    linear = [g - gk - alpha_k * s for g, gk, s in zip(grads, g_k, server_weights)]
+    if config.clip_norm is not None:
+      linear, _ = tf.clip_by_global_norm(linear, config.clip_norm)
+    return [l + (alpha_k + config.weight_decay) * w for l, w in zip(linear, weights)]
+  total = [g - gk + alpha_k * (w - s)
+           for g, gk, w, s in zip(grads, g_k, weights, server_weights)]
+  if config.clip_norm is not None:
+    total, _ = tf.clip_by_global_norm(total, config.clip_norm)
+  return [t + config.weight_decay * w for t, w in zip(total, weights)]
+
+
+def client_alpha(config: FedDynConfig, num_examples, mean_examples):
+  """alpha_k = alpha / (n_k / mean n) (reference code) or alpha."""
+  if not config.adaptive_alpha:
+    return tf.constant(config.alpha, tf.float32)
+  return config.alpha * tf.cast(mean_examples, tf.float32) / tf.maximum(
+      tf.cast(num_examples, tf.float32), 1.0)
+
+
+def client_state_update(g_k, delta, alpha_k):
+  """g_k <- g_k - alpha_k (theta_k^t - theta_{t-1})."""
+  return [g - alpha_k * d for g, d in zip(g_k, delta)]
+
+
+def server_update(config: FedDynConfig, server_weights, h, delta_sum, num_clients,
+                  total_clients):
+  """h_t = h - alpha/m sum d_k;  theta_t = theta_{t-1} + mean d_k - h_t/alpha."""
+  alpha = config.alpha
+  h = [hh - alpha / total_clients * d for hh, d in zip(h, delta_sum)]
+  theta = [w + d / num_clients - hh / alpha
+           for w, d, hh in zip(server_weights, delta_sum, h)]
+  return theta, h
+
+
+def _fns(config: FedDynConfig) -> stateful_process.StatefulFns:
+  sgd = tff.learning.optimizers.build_sgdm(config.client_learning_rate)
+  devices = config.report_device_average
+
+  def server_init(weights):
+    state = collections.OrderedDict(h=_zeros(list(weights.trainable)))
+    if devices:
+      state['device_average'] = list(weights.trainable)
+    return state
+
+  def broadcast(weights, algorithm_state):
+    del algorithm_state
+    return weights
+
+  def client_update(model, server_weights, hparams, dataset, client_state,
+                    mean_examples):
+    g_k = list(client_state['grad'] if devices else client_state)
+    theta_srv = list(server_weights.trainable)
+    alpha_k = client_alpha(config, local_training.count_examples(dataset),
+                           mean_examples)
+
+    def correction(weights, grads):
+      return local_gradient(config, grads, weights, theta_srv, g_k, alpha_k)
+
+    outcome = local_training.run_local_training(
+        model, sgd, collections.OrderedDict(learning_rate=hparams['learning_rate']),
+        server_weights, dataset, hparams['num_steps'], hparams['num_epochs'],
+        correction_fn=correction)
+    delta = [-d for d in outcome.delta]          # theta_k^t - theta_{t-1}
+    new_g = client_state_update(g_k, delta, alpha_k)
+    if not devices:
+      return stateful_process.ClientStep(upload=delta, new_state=new_g,
+                                         outcome=outcome)
+    theta_k = [s + d for s, d in zip(theta_srv, delta)]
+    upload = collections.OrderedDict(
+        delta=delta,
+        device=[new - old for new, old in zip(theta_k, client_state['model'])])
+    return stateful_process.ClientStep(
+        upload=upload, new_state=collections.OrderedDict(grad=new_g, model=theta_k),
+        outcome=outcome)
+
+  def server_step(weights, algorithm_state, upload_sum, num_finite, population):
+    delta_sum = upload_sum['delta'] if devices else upload_sum
+    theta, h = server_update(config, list(weights.trainable), list(algorithm_state['h']),
+                             list(delta_sum), num_finite, population[0])
+    new_state = collections.OrderedDict(h=h)
+    if devices:
+      new_state['device_average'] = [
+          a + d / population[0] for a, d in zip(algorithm_state['device_average'],
+                                                upload_sum['device'])]
+    return (tff.learning.models.ModelWeights(trainable=theta,
+                                             non_trainable=list(weights.non_trainable)),
+            new_state)
+
+  def initial_client_state(weights):
+    grad = _zeros(list(weights.trainable))
+    if not devices:
+      return grad
+    return collections.OrderedDict(grad=grad, model=list(weights.trainable))
+
+  report_weights = set_weights = None
+  if devices:
+    def report_weights(weights, algorithm_state):
+      return tff.learning.models.ModelWeights(
+          trainable=list(algorithm_state['device_average']),
+          non_trainable=list(weights.non_trainable))
+
+    def set_weights(weights, algorithm_state):
+      state = collections.OrderedDict(algorithm_state)
+      state['device_average'] = list(weights.trainable)
+      return state
+
+  return stateful_process.StatefulFns(server_init, broadcast, client_update,
+                                      server_step, initial_client_state,
+                                      report_weights, set_weights)
+
+
+def build_feddyn(model_fn: Callable[[], tff.learning.models.VariableModel],
+                 config: FedDynConfig = FedDynConfig(),
+                 name: str = 'feddyn') -> FederatedAlgorithm:
+  process, traffic = stateful_process.build_stateful_process(
+      model_fn, config.client_schedule(), _fns(config),
+      needs_mean_examples=config.adaptive_alpha)
+  return FederatedAlgorithm(name=name, process=process, traffic=traffic,
+                            stateful_clients=True)
+
+
+# Trainer integration: flag values (HParams) -> config, in one place.
+def _feddyn_config(hp: HParams) -> FedDynConfig:
+  if hp.client_optimizer != 'sgd' or hp.client_momentum:
+    raise ValueError('feddyn clients run plain SGD (--client_optimizer=sgd, '
+                     'no --client_momentum)')
+  if hp.server_optimizer != 'sgd' or hp.server_learning_rate != 1.0 or \
+      hp.server_lr_decay != 1.0:
+    raise ValueError('feddyn has its own server rule (theta = mean theta_k - h/alpha): '
+                     'leave --server_optimizer, --server_learning_rate and '
+                     '--server_lr_decay at their defaults')
+  return FedDynConfig(
+      alpha=hp.feddyn_alpha, client_learning_rate=hp.client_learning_rate,
+      local_steps=hp.local_steps, epochs=hp.client_epochs_per_round,
+      local_steps_decay=hp.local_steps_decay, client_lr_decay=hp.client_lr_decay,
+      adaptive_alpha=hp.feddyn_adaptive_alpha,
+      weight_decay_form=hp.feddyn_weight_decay_form,
+      weight_decay=hp.client_weight_decay, clip_norm=hp.clip_norm,
+      report_device_average=hp.feddyn_report_device_average)
+
+
+def _build_feddyn(model_fn, hp: HParams) -> FederatedAlgorithm:
+  return build_feddyn(model_fn, _feddyn_config(hp))
+
+
+ALGORITHM_SPECS = (
+    AlgorithmSpec('feddyn', _build_feddyn, _feddyn_config,
+                  'FedDyn (paper 003): dynamic regulariser alpha, per-client state '
+                  'grad L_k (disk-backed store), server h'),
+)

@@ -1,0 +1,153 @@
+"""Mimelite and MimeXlite: global statistics tracked with client gradients at x_t.
+
+Mimelite: Karimireddy et al., "Breaking the centralized barrier for
+cross-device federated learning" (NeurIPS 2021), as compared in paper 004
+(Mills et al., FedGBO); MimeXlite is paper 004's variant. Round t:
+
+  client i:  download x_t and s_t
+             c_i = grad f_i(x_t) on the whole local dataset   (Mimelite)
+                 = one minibatch gradient at x_t              (MimeXlite)
+             y_0 = x_t;  y_k = y_{k-1} - U(eta, g_k, s_t)     (s_t FIXED)
+             upload y_K (as Delta_i = x_t - y_K) and c_i
+  server:    x_{t+1} = ServerOpt(x_t, mean_i Delta_i)      (SGD at 1: mean_i y_K^i)
+             s_{t+1} = T(mean_i c_i, s_t)
+
+Download x + s, upload x + grad f (Table 1). U and T are FedGBO's
+(`core.gbo_optimizers`: SGDm m <- beta m + (1-beta) g, RMSProp, Adam), so
+Mimelite and FedGBO differ only in where the tracked gradient comes from.
+Means are weighted by n_i (or uniform). The full-batch gradient is the
+example-weighted mean of the batch-mean gradients, computed before training
+on the same model (forward pass with training=True), as TFF's
+`tff.learning.algorithms.build_weighted_mime_lite` does. TFF's SGDm has no
+(1 - beta) dampening: our SGDm(eta, beta) is TFF's sgdm(eta (1 - beta), beta)
+with m_TFF = m / (1 - beta) (tested).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Optional
+
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tff_algos import fedgbo
+from tff_algos import fedopt
+from tff_algos.core import accounting
+from tff_algos.core import client_work as client_work_lib
+from tff_algos.core import gbo_optimizers
+from tff_algos.core import global_statistics
+from tff_algos.core import local_training
+from tff_algos.core import optimizers
+from tff_algos.core import schedules
+from tff_algos.core.algorithm import FederatedAlgorithm
+from tff_algos.hparams import AlgorithmSpec, HParams
+
+FULL_BATCH = 'full_batch'   # Mimelite
+ONE_BATCH = 'one_batch'     # MimeXlite
+
+
+@dataclasses.dataclass(frozen=True)
+class MimeConfig:
+  optimizer: gbo_optimizers.GBOOptimizer = gbo_optimizers.SGDm(0.9)
+  learning_rate: float = 0.1            # eta
+  local_steps: Optional[int] = None     # K_0; None: `epochs` passes
+  epochs: int = 1
+  local_steps_decay: float = 1.0
+  client_lr_decay: float = 1.0
+  gradient: str = FULL_BATCH            # or ONE_BATCH (MimeXlite)
+  server_optimizer: optimizers.OptimizerSpec = optimizers.OptimizerSpec('sgd', 1.0)
+  uniform_weighting: bool = False
+
+  def __post_init__(self):
+    if self.gradient not in (FULL_BATCH, ONE_BATCH):
+      raise ValueError(f'gradient must be {FULL_BATCH} or {ONE_BATCH}, got {self.gradient!r}')
+    if not isinstance(self.optimizer, gbo_optimizers.GBOOptimizer):
+      raise ValueError(f'optimizer must be a GBOOptimizer, got {self.optimizer!r}')
+    self.client_schedule()
+
+  def client_schedule(self) -> client_work_lib.ClientSchedule:
+    steps = (None if self.local_steps is None else
+             schedules.LocalSteps(self.local_steps, self.local_steps_decay))
+    if steps is None and self.local_steps_decay != 1.0:
+      raise ValueError('local_steps_decay needs local_steps (K_0)')
+    return client_work_lib.ClientSchedule(
+        learning_rate=schedules.ExponentialDecay(self.learning_rate, self.client_lr_decay),
+        local_steps=steps, epochs=self.epochs)
+
+
+def mean_gradient(model: tff.learning.models.VariableModel, weights,
+                  dataset: tf.data.Dataset):
+  """Example-weighted mean gradient of the loss at `weights` over `dataset`.
+
+  Leaves the model's metrics reset (they then count training only).
+  """
+  local_training.assign_weights(model, weights)
+  trainable = model.trainable_variables
+
+  def add(carry, batch):
+    total, count = carry
+    with tf.GradientTape() as tape:
+      output = model.forward_pass(batch, training=True)
+    n = (tf.shape(output.predictions, out_type=tf.int64)[0]
+         if output.num_examples is None else tf.cast(output.num_examples, tf.int64))
+    grads = tape.gradient(output.loss, trainable)
+    return tuple(t + g * tf.cast(n, g.dtype) for t, g in zip(total, grads)), count + n
+
+  total, count = dataset.reduce(
+      (tuple(tf.zeros_like(v) for v in trainable), tf.constant(0, tf.int64)), add)
+  model.reset_metrics()
+  mean = [tf.math.divide_no_nan(t, tf.cast(count, t.dtype)) for t in total]
+  return tf.nest.pack_sequence_as(weights.trainable, mean)
+
+
+def build_mime(model_fn: Callable[[], tff.learning.models.VariableModel],
+               config: MimeConfig = MimeConfig(),
+               name: Optional[str] = None) -> FederatedAlgorithm:
+  rule = config.optimizer
+  one_batch = config.gradient == ONE_BATCH
+
+  def client_fn(model, hparams, statistics, initial_weights, dataset):
+    gradient = mean_gradient(model, initial_weights,
+                             dataset.take(1) if one_batch else dataset)
+    outcome, _ = fedgbo.fixed_statistics_training(rule)(
+        model, hparams, statistics, initial_weights, dataset)
+    return outcome, gradient
+
+  def server_fn(statistics, hparams, mean_delta, mean_grad):
+    del hparams, mean_delta
+    return rule.track(statistics, mean_grad)
+
+  work = global_statistics.build_statistics_client_work(
+      model_fn, config.client_schedule(), rule.initialize, client_fn, server_fn,
+      server_uses_delta=False,
+      client_weighting=(tff.learning.ClientWeighting.UNIFORM if config.uniform_weighting
+                        else tff.learning.ClientWeighting.NUM_EXAMPLES))
+  name = name or ('mimexlite' if one_batch else 'mimelite')
+  algorithm = fedopt.compose(name, model_fn, work, config.server_optimizer.build())
+  return dataclasses.replace(algorithm, compute=accounting.ComputeModel(
+      optimizer_flops_per_param=rule.flops_fixed, extra_gradient=config.gradient))
+
+
+# Trainer integration: flag values (HParams) -> config, in one place.
+def _mime_config(hp: HParams, gradient: str) -> MimeConfig:
+  what = 'mimexlite' if gradient == ONE_BATCH else 'mimelite'
+  if hp.server_lr_decay != 1.0:
+    raise ValueError(f'{what}: --server_lr_decay is not supported')
+  return MimeConfig(
+      optimizer=fedgbo.gbo_optimizer(hp, what), learning_rate=hp.client_learning_rate,
+      local_steps=hp.local_steps, epochs=hp.client_epochs_per_round,
+      local_steps_decay=hp.local_steps_decay, client_lr_decay=hp.client_lr_decay,
+      gradient=gradient, server_optimizer=hp.server_optimizer_spec(),
+      uniform_weighting=hp.uniform_weighting or hp.gbo_reference_conventions)
+
+
+ALGORITHM_SPECS = (
+    AlgorithmSpec('mimelite', lambda model_fn, hp: build_mime(
+        model_fn, _mime_config(hp, FULL_BATCH)), lambda hp: _mime_config(hp, FULL_BATCH),
+                  'Mimelite: fixed global statistics tracked with full-batch client '
+                  'gradients at x_t (uploads x and grad f)'),
+    AlgorithmSpec('mimexlite', lambda model_fn, hp: build_mime(
+        model_fn, _mime_config(hp, ONE_BATCH)), lambda hp: _mime_config(hp, ONE_BATCH),
+                  'MimeXlite (paper 004): Mimelite with one minibatch gradient at x_t'),
+)

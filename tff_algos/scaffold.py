@@ -1,0 +1,174 @@
+"""SCAFFOLD: stochastic controlled averaging (option II control variates).
+
+Karimireddy, Kale, Mohri, Reddi, Stich, Suresh, "SCAFFOLD: Stochastic
+Controlled Averaging for Federated Learning" (ICML 2020), Algorithm 1; a
+baseline of paper 003 (FedDyn).
+
+Server state: model x, control variate c (initially 0); client i keeps c_i
+(initially 0) between participations. Round t, cohort S, N clients in all:
+
+  client i:  y_0 = x;  y_k = y_{k-1} - gamma (g_i(y_{k-1}) - c_i + c),  k = 1..K
+             c_i+ = c_i - c + (x - y_K) / (K gamma)          (option II)
+             uploads  dy_i = y_K - x,  dc_i = c_i+ - c_i;    c_i <- c_i+
+  server:    x <- x + eta_g mean_{i in S} dy_i
+             c <- c + (1/N) sum_{i in S} dc_i
+
+Clients download x and c and upload dy and dc: two models each way. K is the
+number of steps the client actually took (E epochs: its batches times E).
+Optional global-norm clipping of the corrected gradient and l2 weight decay
+follow the reference code of paper 003 (`clip_norm`, `weight_decay`).
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+from typing import Callable, Optional
+
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tff_algos.core import client_work as client_work_lib
+from tff_algos.core import local_training
+from tff_algos.core import schedules
+from tff_algos.core import stateful_process
+from tff_algos.core.algorithm import FederatedAlgorithm
+from tff_algos.hparams import AlgorithmSpec, HParams
+
+
+@dataclasses.dataclass(frozen=True)
+class ScaffoldConfig:
+  client_learning_rate: float = 0.1    # gamma (plain SGD)
+  server_learning_rate: float = 1.0    # eta_g
+  local_steps: Optional[int] = None    # K_0; None: `epochs` epochs
+  epochs: int = 1
+  local_steps_decay: float = 1.0
+  client_lr_decay: float = 1.0
+  weight_decay: float = 0.0
+  clip_norm: Optional[float] = None
+
+  def __post_init__(self):
+    if not self.client_learning_rate > 0:
+      raise ValueError('scaffold needs a client learning rate gamma > 0 '
+                       f'(c_i+ divides by K gamma), got {self.client_learning_rate}')
+    if not self.server_learning_rate > 0:
+      raise ValueError(f'scaffold global step eta_g must be > 0, got '
+                       f'{self.server_learning_rate}')
+    if self.weight_decay < 0:
+      raise ValueError(f'weight decay must be >= 0, got {self.weight_decay}')
+    if self.clip_norm is not None and not self.clip_norm > 0:
+      raise ValueError(f'clip_norm must be > 0 (or unset), got {self.clip_norm}')
+    self.client_schedule()
+
+  def client_schedule(self) -> client_work_lib.ClientSchedule:
+    steps = (None if self.local_steps is None else
+             schedules.LocalSteps(self.local_steps, self.local_steps_decay))
+    if steps is None and self.local_steps_decay != 1.0:
+      raise ValueError('local_steps_decay needs local_steps (K_0)')
+    return client_work_lib.ClientSchedule(
+        learning_rate=schedules.ExponentialDecay(self.client_learning_rate,
+                                                 self.client_lr_decay),
+        local_steps=steps, epochs=self.epochs)
+
+
+def corrected_gradient(config: ScaffoldConfig, grads, weights, c_i, c):
+  """g - c_i + c (clipped if asked), plus weight decay."""
+  out = [g - ci + cc for g, ci, cc in zip(grads, c_i, c)]
+  if config.clip_norm is not None:
+    out, _ = tf.clip_by_global_norm(out, config.clip_norm)
+  if config.weight_decay:
+    out = [o + config.weight_decay * w for o, w in zip(out, weights)]
+  return out
+
+
+def control_variate_update(c_i, c, delta, num_steps, learning_rate):
+  """Option II: c_i+ = c_i - c + (x - y_K) / (K gamma)."""
+  scale = tf.cast(num_steps, tf.float32) * tf.cast(learning_rate, tf.float32)
+  return [ci - cc + d / scale for ci, cc, d in zip(c_i, c, delta)]
+
+
+def server_update(config: ScaffoldConfig, x, c, dy_sum, dc_sum, num_clients,
+                  total_clients):
+  """x += eta_g mean dy;  c += (1/N) sum dc."""
+  x = [w + config.server_learning_rate * d / num_clients for w, d in zip(x, dy_sum)]
+  c = [cc + d / total_clients for cc, d in zip(c, dc_sum)]
+  return x, c
+
+
+def _fns(config: ScaffoldConfig) -> stateful_process.StatefulFns:
+  sgd = tff.learning.optimizers.build_sgdm(config.client_learning_rate)
+
+  def server_init(weights):
+    return collections.OrderedDict(c=[tf.zeros_like(w) for w in weights.trainable])
+
+  def broadcast(weights, algorithm_state):
+    return collections.OrderedDict(model=weights, c=algorithm_state['c'])
+
+  def client_update(model, message, hparams, dataset, c_i, mean_examples):
+    del mean_examples
+    c_i, c = list(c_i), list(message['c'])
+
+    def correction(weights, grads):
+      return corrected_gradient(config, grads, weights, c_i, c)
+
+    outcome = local_training.run_local_training(
+        model, sgd, collections.OrderedDict(learning_rate=hparams['learning_rate']),
+        message['model'], dataset, hparams['num_steps'], hparams['num_epochs'],
+        correction_fn=correction)
+    delta = list(outcome.delta)                    # x - y_K
+    new_c_i = control_variate_update(c_i, c, delta, outcome.num_steps,
+                                     hparams['learning_rate'])
+    upload = collections.OrderedDict(
+        dy=[-d for d in delta], dc=[n - o for n, o in zip(new_c_i, c_i)])
+    return stateful_process.ClientStep(upload=upload, new_state=new_c_i,
+                                       outcome=outcome)
+
+  def server_step(weights, algorithm_state, upload_sum, num_finite, population):
+    x, c = server_update(config, list(weights.trainable), list(algorithm_state['c']),
+                         list(upload_sum['dy']), list(upload_sum['dc']),
+                         num_finite, population[0])
+    return (tff.learning.models.ModelWeights(trainable=x,
+                                             non_trainable=list(weights.non_trainable)),
+            collections.OrderedDict(c=c))
+
+  def initial_client_state(weights):
+    return [tf.zeros_like(w) for w in weights.trainable]
+
+  return stateful_process.StatefulFns(server_init, broadcast, client_update,
+                                      server_step, initial_client_state)
+
+
+def build_scaffold(model_fn: Callable[[], tff.learning.models.VariableModel],
+                   config: ScaffoldConfig = ScaffoldConfig(),
+                   name: str = 'scaffold') -> FederatedAlgorithm:
+  process, traffic = stateful_process.build_stateful_process(
+      model_fn, config.client_schedule(), _fns(config))
+  return FederatedAlgorithm(name=name, process=process, traffic=traffic,
+                            stateful_clients=True)
+
+
+# Trainer integration: flag values (HParams) -> config, in one place.
+def _scaffold_config(hp: HParams) -> ScaffoldConfig:
+  if hp.client_optimizer != 'sgd' or hp.client_momentum:
+    raise ValueError('scaffold clients run plain SGD (--client_optimizer=sgd, '
+                     'no --client_momentum)')
+  if hp.server_optimizer != 'sgd' or hp.server_momentum or hp.server_lr_decay != 1.0:
+    raise ValueError('scaffold takes a plain global step eta_g = '
+                     '--server_learning_rate (--server_optimizer=sgd, no decay)')
+  return ScaffoldConfig(
+      client_learning_rate=hp.client_learning_rate,
+      server_learning_rate=hp.server_learning_rate,
+      local_steps=hp.local_steps, epochs=hp.client_epochs_per_round,
+      local_steps_decay=hp.local_steps_decay, client_lr_decay=hp.client_lr_decay,
+      weight_decay=hp.client_weight_decay, clip_norm=hp.clip_norm)
+
+
+def _build_scaffold(model_fn, hp: HParams) -> FederatedAlgorithm:
+  return build_scaffold(model_fn, _scaffold_config(hp))
+
+
+ALGORITHM_SPECS = (
+    AlgorithmSpec('scaffold', _build_scaffold, _scaffold_config,
+                  'SCAFFOLD (option II): control variates c, c_i (disk-backed store), '
+                  'global step eta_g = --server_learning_rate'),
+)

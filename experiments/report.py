@@ -73,3 +73,74 @@ def plot_training(rows: Sequence[dict], path: str, title: Optional[str] = None) 
   fig.savefig(path, dpi=110)
   plt.close(fig)
   return path
+
+
+# ------------------------------------------- cost to reach a target (issue 6)
+
+COST_COLUMNS = ('upload_bytes', 'download_bytes', 'client_flops')
+
+
+def cost_to_reach(rows: Sequence[dict], target: float,
+                  metric: str = 'eval/sparse_categorical_accuracy',
+                  costs: Sequence[str] = COST_COLUMNS) -> dict:
+  """Cost of a run until `metric` first reaches `target` (>=).
+
+  Returns {'reached', 'round' (first round with metric >= target, None if
+  never), <cost>: the sum of each per-round cost column over rounds 1..round
+  (over every round run if never reached)}. Works for any per-round cost
+  column of metrics.csv (bytes, FLOPs, models sent, client steps).
+  """
+  rows = sorted(rows, key=lambda r: r['round'])
+  totals = {c: 0.0 for c in costs}
+  for row in rows:
+    for c in costs:
+      value = row.get(c, 0.0)
+      totals[c] += value if isinstance(value, (int, float)) and math.isfinite(value) else 0.0
+    value = row.get(metric)
+    if isinstance(value, (int, float)) and value >= target:
+      return dict(reached=True, round=int(row['round']), **totals)
+  return dict(reached=False, round=None, **totals)
+
+
+def best_metric(rows: Sequence[dict], metric: str = 'eval/sparse_categorical_accuracy'
+                ) -> tuple[float, Optional[int]]:
+  """(highest value of `metric` over the run's evaluations, its first round)."""
+  best, at = float('nan'), None
+  for row in sorted(rows, key=lambda r: r['round']):
+    value = row.get(metric)
+    if isinstance(value, (int, float)) and math.isfinite(value) and (
+        at is None or value > best):
+      best, at = float(value), int(row['round'])
+  return best, at
+
+
+def cost_table(runs: dict, metric: str = 'eval/sparse_categorical_accuracy',
+               baseline: Optional[str] = 'fedavg') -> tuple[list[str], list[list]]:
+  """Paper 004 Table IV: per run, the best `metric` with the upload (GB) and
+  client FLOPs (x1e12) to reach it, and the rounds, upload and FLOPs to reach
+  the baseline run's best ('-' where not reached or no baseline)."""
+  header = ['algorithm', 'max_acc_%', 'round', 'upload_GB', 'TFLOPs',
+            'match_round', 'match_upload_GB', 'match_TFLOPs']
+  base = best_metric(runs[baseline], metric)[0] if baseline in runs else math.nan
+  table = []
+  for name, rows in runs.items():
+    best, _ = best_metric(rows, metric)
+    own = cost_to_reach(rows, best, metric) if math.isfinite(best) else None
+    line = [name, 100 * best]
+    line += ([own['round'], own['upload_bytes'] / 1e9, own['client_flops'] / 1e12]
+             if own and own['reached'] else ['-'] * 3)
+    match = (cost_to_reach(rows, base, metric)
+             if math.isfinite(base) and name != baseline else None)
+    line += ([match['round'], match['upload_bytes'] / 1e9, match['client_flops'] / 1e12]
+             if match and match['reached'] else ['-'] * 3)
+    table.append(line)
+  return header, table
+
+
+def markdown_table(header: Sequence[str], rows: Iterable[Sequence],
+                   floatfmt: str = '.4g') -> str:
+  def fmt(v):
+    return format(v, floatfmt) if isinstance(v, float) else str(v)
+  lines = ['| ' + ' | '.join(header) + ' |', '|' + '---|' * len(header)]
+  lines += ['| ' + ' | '.join(fmt(v) for v in r) + ' |' for r in rows]
+  return '\n'.join(lines)

@@ -121,3 +121,54 @@ def cifar_resnet18(input_shape: Sequence[int] = (24, 24, 3),
   return resnet_models.create_resnet18(
       input_shape=tuple(input_shape), num_classes=num_classes,
       norm_layer=resnet_models.NormLayer.GROUP_NORM)
+
+
+# ------------------------------------------------ paper 003 (FedDyn) models
+
+
+def mlp_200_100(input_dim: int = 784, num_classes: int = 10) -> tf.keras.Model:
+  """Paper 003's MNIST / EMNIST-L net (FedAvg's 2NN sizes 200-100): flattened
+  input -> FC200-ReLU -> FC100-ReLU -> FC(classes) logits. 178,110 parameters
+  on 784 inputs and 10 classes."""
+  return tf.keras.Sequential([
+      tf.keras.Input(shape=(input_dim,)),
+      tf.keras.layers.Dense(200, activation='relu'),
+      tf.keras.layers.Dense(100, activation='relu'),
+      tf.keras.layers.Dense(num_classes),  # logits
+  ], name='mlp_200_100')
+
+
+def cifar_cnn_003(num_classes: int = 10, input_shape: Sequence[int] = (32, 32, 3)
+                  ) -> tf.keras.Model:
+  """Paper 003's CIFAR CNN (its reference code): 2 x [conv5x5(64) 'valid' -ReLU-
+  maxpool2] -> FC384-ReLU -> FC192-ReLU -> FC(classes) logits, no batch norm.
+  (The paper's text says 394; the reference code has 384.) 32x32 -> 28 -> 14
+  -> 10 -> 5, so the first FC layer takes 1,600 inputs: 797,962 parameters
+  with 10 classes."""
+  return tf.keras.Sequential([
+      tf.keras.Input(shape=tuple(input_shape)),
+      tf.keras.layers.Conv2D(64, 5, activation='relu'),
+      tf.keras.layers.MaxPool2D(2),
+      tf.keras.layers.Conv2D(64, 5, activation='relu'),
+      tf.keras.layers.MaxPool2D(2),
+      tf.keras.layers.Flatten(),
+      tf.keras.layers.Dense(384, activation='relu'),
+      tf.keras.layers.Dense(192, activation='relu'),
+      tf.keras.layers.Dense(num_classes),  # logits
+  ], name='cifar_cnn_003')
+
+
+def shakespeare_lstm_003(vocab_size: int, units: int = 100, embedding_dim: int = 8,
+                         return_sequences: bool = True) -> tf.keras.Model:
+  """Paper 003's (= FedProx's) Shakespeare model: Embedding 8 -> 2 x LSTM(100)
+  -> Dense(vocab) logits. The paper predicts the character after an 80-char
+  window from the last step (`return_sequences=False`); with True it emits
+  logits at every step, the target layout of TFF's Shakespeare pipeline.
+  Token 0 (padding) is masked."""
+  return tf.keras.Sequential([
+      tf.keras.Input(shape=(None,), dtype=tf.int64),
+      tf.keras.layers.Embedding(vocab_size, embedding_dim, mask_zero=True),
+      tf.keras.layers.LSTM(units, return_sequences=True),
+      tf.keras.layers.LSTM(units, return_sequences=return_sequences),
+      tf.keras.layers.Dense(vocab_size),  # logits
+  ], name=f'shakespeare_lstm{units}')

@@ -1,13 +1,16 @@
 """Splitting a centralised labelled dataset across clients (seedable, numpy).
 
 * `iid_split`: a random permutation cut into N near-equal shards;
-* `dirichlet_label_split`: label skew of Hsu et al. 2019 / paper 003 A.2: for
+* `dirichlet_label_split`: label skew of Hsu et al. 2019: for
   every class c, proportions p_c ~ Dir(alpha * 1_N) decide which share of the
   class each client gets (small alpha: few classes per client);
+* `dirichlet_prior_split` / `iid_sized_split` with `lognormal_client_sizes`:
+  paper 003 A.2's construction (per-CLIENT class priors Dir(alpha * 1_C),
+  client sizes balanced or lognormal-unbalanced), as in its reference code;
 * `sorted_label_split`: label-sorted contiguous shards (pathological skew).
 
 All return a list of index arrays, one per client, covering every example
-exactly once.
+exactly once (paper 003's balanced sizes leave the n mod N remainder out).
 """
 
 from __future__ import annotations
@@ -133,3 +136,106 @@ def split(labels: np.ndarray, num_clients: int, scheme: str, seed: int,
   if scheme == 'dirichlet':
     return dirichlet_label_split(labels, num_clients, alpha, seed)
   raise ValueError(f'unknown partition {scheme!r}; choose one of {", ".join(SCHEMES)}')
+
+
+# --------------------------------------------- paper 003 (FedDyn) A.2 splits
+
+
+def lognormal_client_sizes(num_examples: int, num_clients: int, sigma: float,
+                           seed: int) -> np.ndarray:
+  """Client dataset sizes of paper 003 (its reference code's rule).
+
+  sigma = 0 (balanced): every client gets floor(n / N) examples (the n mod N
+  left over are not used). sigma > 0 (unbalanced): s_k ~ LogNormal(log(n / N),
+  sigma), rescaled to sum to n and floored; the rounding remainder goes to the
+  first client, so the sizes sum to exactly n.
+  """
+  if sigma < 0:
+    raise ValueError(f'unbalanced sigma must be >= 0, got {sigma}')
+  if num_clients < 1 or num_clients > num_examples:
+    raise ValueError(f'{num_clients} clients for {num_examples} examples')
+  per_client = num_examples // num_clients
+  if sigma == 0:
+    return np.full(num_clients, per_client, np.int64)
+  rng = np.random.default_rng([seed, 3])
+  raw = rng.lognormal(mean=np.log(per_client), sigma=sigma, size=num_clients)
+  sizes = (raw / raw.sum() * num_examples).astype(np.int64)
+  sizes[0] += num_examples - sizes.sum()
+  if sizes.min() < 1:
+    raise ValueError(f'lognormal sigma={sigma} gave a client no examples; '
+                     'use fewer clients or a smaller sigma')
+  return sizes
+
+
+def iid_sized_split(num_examples: int, sizes: np.ndarray, seed: int
+                    ) -> list[np.ndarray]:
+  """Paper 003's IID split: a random permutation cut into shards of `sizes`."""
+  sizes = np.asarray(sizes, np.int64)
+  if sizes.sum() > num_examples:
+    raise ValueError(f'sizes sum to {sizes.sum()} > {num_examples} examples')
+  order = np.random.default_rng([seed, 4]).permutation(num_examples)
+  cuts = np.cumsum(sizes)[:-1]
+  return [np.sort(p) for p in np.split(order[:sizes.sum()], cuts)]
+
+
+def dirichlet_prior_split(labels: np.ndarray, sizes: np.ndarray, alpha: float,
+                          seed: int) -> list[np.ndarray]:
+  """Paper 003 A.2 (Yurochkin et al. 2019) label skew with client sizes `sizes`.
+
+  Every client k draws class priors q_k ~ Dir(alpha * 1_C). Then, until every
+  client is full, a non-full client is picked uniformly, a label is drawn from
+  q_k and an example of that label is assigned without replacement. The
+  reference code redraws the label while its class is exhausted; drawing from
+  q_k restricted to the remaining classes is the same distribution and cannot
+  loop forever.
+  """
+  if alpha <= 0:
+    raise ValueError(f'dirichlet alpha must be > 0, got {alpha}')
+  labels = np.asarray(labels)
+  sizes = np.asarray(sizes, np.int64)
+  if sizes.sum() > len(labels):
+    raise ValueError(f'sizes sum to {sizes.sum()} > {len(labels)} examples')
+  rng = np.random.default_rng([seed, 5])
+  classes = np.unique(labels)
+  pools = [list(rng.permutation(np.flatnonzero(labels == c))) for c in classes]
+  left = np.array([len(p) for p in pools], np.int64)
+  priors = rng.dirichlet(np.full(len(classes), alpha), size=len(sizes))
+  need = sizes.copy()
+  open_clients = list(np.flatnonzero(need > 0))
+  shards = [[] for _ in sizes]
+  uniforms = rng.random(int(sizes.sum()) * 2 + 1)
+  u = 0
+  while open_clients:
+    slot = int(uniforms[u] * len(open_clients)); u += 1
+    k = open_clients[slot]
+    q = priors[k] * (left > 0)
+    total = q.sum()
+    q = q / total if total > 0 else (left > 0) / (left > 0).sum()
+    c = min(int(np.searchsorted(np.cumsum(q), uniforms[u] * q.sum(), side='right')),
+            len(classes) - 1)
+    u += 1
+    while left[c] == 0:  # float round-off at a boundary: nearest class left
+      c = (c + 1) % len(classes)
+    left[c] -= 1
+    shards[k].append(pools[c].pop())
+    need[k] -= 1
+    if need[k] == 0:
+      open_clients[slot] = open_clients[-1]
+      open_clients.pop()
+  return [np.sort(np.asarray(s, np.int64)) for s in shards]
+
+
+FEDDYN_SCHEMES = ('iid', 'dirichlet')
+
+
+def feddyn_split(labels: np.ndarray, num_clients: int, scheme: str, seed: int,
+                 alpha: float = 0.3, sigma: float = 0.0) -> list[np.ndarray]:
+  """Paper 003's 'iid' or 'dirichlet' split with balanced (sigma = 0) or
+  lognormal-unbalanced client sizes."""
+  if scheme not in FEDDYN_SCHEMES:
+    raise ValueError(f'unknown partition {scheme!r} for a paper-003 split; '
+                     f'choose one of {", ".join(FEDDYN_SCHEMES)}')
+  sizes = lognormal_client_sizes(len(labels), num_clients, sigma, seed)
+  if scheme == 'iid':
+    return iid_sized_split(len(labels), sizes, seed)
+  return dirichlet_prior_split(labels, sizes, alpha, seed)

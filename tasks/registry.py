@@ -26,6 +26,8 @@ class TaskOptions:
   partition: str = 'iid'             # 'iid' | 'sorted' | 'dirichlet' (tasks split here)
   libsvm_path: Optional[str] = None  # LIBSVM-format file (logistic; None = embedded data)
   l2_reg: Optional[float] = None     # lambda of l2-regularised tasks (None = task default)
+  unbalanced_sigma: float = 0.0      # lognormal client sizes (paper 003; 0 = balanced)
+  synthetic_heterogeneity: str = 'homogeneous'  # synthetic_logistic: type1|type2|type3
 
 
 Builder = Callable[[TaskOptions], Task]
@@ -45,7 +47,8 @@ _REGISTRY: dict[str, TaskSpec] = {}
 # complete without importing every dataset module up front.
 _TASK_MODULES = (
     'tasks.embedded', 'tasks.quadratic', 'tasks.emnist', 'tasks.shakespeare',
-    'tasks.stackoverflow', 'tasks.cifar100', 'tasks.libsvm', 'tasks.cifar10')
+    'tasks.stackoverflow', 'tasks.cifar100', 'tasks.libsvm', 'tasks.cifar10',
+    'tasks.feddyn_data')
 
 
 def register(name: str, models: tuple[str, ...], description: str):
@@ -84,6 +87,8 @@ def check_options(name: str, options: TaskOptions) -> TaskSpec:
                     f'choose one of {", ".join(spec.models)}')
   if options.num_clients is not None and options.num_clients < 1:
     raise TaskError(f'num_clients must be >= 1, got {options.num_clients}')
+  if options.unbalanced_sigma < 0:
+    raise TaskError(f'unbalanced_sigma must be >= 0, got {options.unbalanced_sigma}')
   return spec
 
 

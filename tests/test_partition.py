@@ -60,7 +60,7 @@ def test_registry_lists_every_task_and_rejects_bad_requests():
   assert {'digits', 'quadratic', 'emnist_character', 'shakespeare_character',
           'stackoverflow_tag', 'stackoverflow_word', 'cifar100_image'} <= set(list_tasks())
   with pytest.raises(TaskError, match='unknown task'):
-    get_task('mnist')
+    get_task('no_such_task')
   with pytest.raises(TaskError, match='no model'):
     get_task('digits', TaskOptions(model='resnet18'))
 

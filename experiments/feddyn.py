@@ -1,0 +1,277 @@
+"""Paper 003 (FedDyn) Tables 1/2/4/6 and convergence plots.
+
+    python -m experiments.feddyn                                # digits, offline
+    python -m experiments.feddyn --task=mnist --cache_dir=~/tensorflow_datasets \
+        --total_rounds=1000 --client_epochs_per_round=10 --client_batch_size=50 \
+        --targets=0.972,0.982 --feddyn_alpha=0.01 --prox_mu=1e-4
+    python -m experiments.feddyn --task=synthetic_logistic --splits=iid \
+        --target_metric=eval/loss --targets=0.3 --participations=0.1   # Table 6
+
+Runs the grid  --algorithms x --participations x --splits x --unbalanced_sigmas
+(x --heterogeneities for synthetic_logistic) x --run_seeds, each with
+`tff_algos.training.run_training` in its own directory under
+<root_output_dir>/<name>/ (resumable: re-running skips what is done). Every
+trainer flag gives the base values (learning rates, epochs, --feddyn_alpha,
+--prox_mu, ...). A participation p samples max(1, round(p N)) of the N clients
+per round.
+
+For every setting and target it reports the paper's metric, the number of
+models transmitted (relative to one round of FedAvg, so SCAFFOLD counts two
+per round) until the test accuracy first reaches the target, 'N+' when it
+never does, with the ratio to --reference_algorithm in parentheses, and the
+final accuracy. Writes results.csv, tables.md and one convergence figure per
+setting (accuracy vs models transmitted and vs rounds); the LAST printed line
+is a JSON summary.
+"""
+
+from __future__ import annotations
+
+import csv
+import itertools
+import json
+import math
+import os
+
+from absl import app
+from absl import flags
+import numpy as np
+
+from experiments import common
+from experiments import flags as trainer_flags
+from experiments import report
+
+PAPER_ALGORITHMS = ('feddyn', 'scaffold', 'fedavg', 'fedprox')
+flags.DEFINE_list('algorithms', list(PAPER_ALGORITHMS), 'Algorithms to compare.')
+flags.DEFINE_list('participations', ['1', '0.1', '0.01'],
+                  'Fractions of the clients sampled per round.')
+flags.DEFINE_list('splits', ['iid', 'dirichlet:0.6', 'dirichlet:0.3'],
+                  "Client splits: 'iid' or 'dirichlet:<alpha>'.")
+flags.DEFINE_list('unbalanced_sigmas', ['0'], 'Lognormal client-size sigmas '
+                  '(0 balanced; Table 4 adds 0.3).')
+flags.DEFINE_list('heterogeneities', [], 'synthetic_logistic only: homogeneous, type1, '
+                  'type2, type3 (default: all four, Table 6).')
+flags.DEFINE_list('run_seeds', ['0'], 'Seeds (split, sampling, init); cells average them.')
+flags.DEFINE_list('targets', ['0.85', '0.9'], 'Target values of --target_metric.')
+flags.DEFINE_string('target_metric', 'eval/sparse_categorical_accuracy',
+                    'metrics.csv column the targets refer to (a *loss column is '
+                    'reached from above).')
+flags.DEFINE_string('reference_algorithm', 'feddyn',
+                    'Ratios are other / this (default: the first algorithm if absent).')
+flags.DEFINE_string('name', None, 'Directory under --root_output_dir (default paper003_<task>).')
+FLAGS = flags.FLAGS
+# Trainer-flag defaults of this binary (set when run, not on import).
+DEFAULTS = dict(task='feddyn_digits', rounds_per_eval=1, client_epochs_per_round=5)
+
+
+def parse_split(spec: str) -> dict:
+  """'iid' or 'dirichlet:<alpha>' -> trainer flag values."""
+  if spec == 'iid':
+    return {'partition': 'iid'}
+  if spec.startswith('dirichlet:'):
+    alpha = float(spec.split(':', 1)[1])
+    if not alpha > 0:
+      raise ValueError(f'dirichlet alpha must be > 0 in {spec!r}')
+    return {'partition': 'dirichlet', 'dirichlet_alpha': alpha}
+  raise ValueError(f"split {spec!r} is not 'iid' or 'dirichlet:<alpha>'")
+
+
+def settings() -> list[tuple[str, dict]]:
+  """(label, trainer flag values) of every data setting of the grid."""
+  sigmas = [float(s) for s in FLAGS.unbalanced_sigmas]
+  if any(s < 0 for s in sigmas):
+    raise ValueError('--unbalanced_sigmas must be >= 0')
+  heteros = list(FLAGS.heterogeneities)
+  if FLAGS.task == 'synthetic_logistic':
+    heteros = heteros or ['homogeneous', 'type1', 'type2', 'type3']
+    return [(h, {'synthetic_heterogeneity': h}) for h in heteros]
+  if heteros:
+    raise ValueError('--heterogeneities applies to --task=synthetic_logistic only')
+  out = []
+  for split, sigma in itertools.product(FLAGS.splits, sigmas):
+    values = dict(parse_split(split), unbalanced_sigma=sigma)
+    label = split.replace(':', '') + ('' if sigma == 0 else f'_unbal{sigma:g}')
+    out.append((label, values))
+  return out
+
+
+def clients_per_round(participation: float, num_clients: int) -> int:
+  return max(1, int(round(participation * num_clients)))
+
+
+def _set(values: dict):
+  for k, v in values.items():
+    FLAGS[k].value = v
+
+
+def aggregate(results: list[dict], reference: str) -> dict:
+  """{(setting, participation, target): {algorithm: cell}} over seeds: the
+  mean count, '+' if some seed never reached the target, and the ratio to the
+  reference algorithm's mean."""
+  groups = {}
+  for r in results:
+    groups.setdefault((r['setting'], r['participation'], r['target']), {}).setdefault(
+        r['algorithm'], []).append(r)
+  table = {}
+  for key, by_alg in groups.items():
+    means = {a: float(np.mean([r['models_transmitted'] for r in rs])) for a, rs in by_alg.items()}
+    reached = {a: all(r['reached'] for r in rs) for a, rs in by_alg.items()}
+    final = {a: float(np.mean([r['final_value'] for r in rs])) for a, rs in by_alg.items()}
+    ref = means.get(reference)
+    row = {}
+    for a in by_alg:
+      cell = f'{means[a]:.0f}' + ('' if reached[a] else '+')
+      if a != reference and ref and reached.get(reference):
+        cell += f' ({">" if not reached[a] else ""}{means[a] / ref:.1f}x)'
+      row[a] = dict(cell=cell, models=means[a], reached=reached[a], final=final[a])
+    table[key] = row
+  return table
+
+
+def markdown(table: dict, algorithms: list[str], metric: str) -> str:
+  header = ['setting', 'participation', 'target'] + algorithms
+  lines = ['| ' + ' | '.join(header) + ' |', '|' + '---|' * len(header)]
+  for (setting, part, target), row in sorted(table.items()):
+    lines.append('| ' + ' | '.join([setting, f'{part:g}', f'{target:g}'] + [
+        row[a]['cell'] if a in row else '' for a in algorithms]) + ' |')
+  finals = {}
+  for (setting, part, _), row in table.items():
+    finals[(setting, part)] = {a: row[a]['final'] for a in row}
+  lines += ['', f'final {metric}:', '',
+            '| ' + ' | '.join(['setting', 'participation'] + algorithms) + ' |',
+            '|' + '---|' * (2 + len(algorithms))]
+  for (setting, part), row in sorted(finals.items()):
+    lines.append('| ' + ' | '.join([setting, f'{part:g}'] + [
+        f'{row[a]:.4f}' if a in row else '' for a in algorithms]) + ' |')
+  return '\n'.join(lines)
+
+
+def plot_setting(curves: dict, path: str, title: str, metric: str):
+  """curves: algorithm -> list of (models_cumulative, rounds, values) per seed."""
+  import matplotlib
+  matplotlib.use('Agg')
+  import matplotlib.pyplot as plt
+  fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+  for i, (alg, runs) in enumerate(curves.items()):
+    color = f'C{i}'
+    for j, (models, rounds, values) in enumerate(runs):
+      label = alg if j == 0 else None
+      axes[0].plot(models, values, color=color, label=label, lw=1)
+      axes[1].plot(rounds, values, color=color, label=label, lw=1)
+  axes[0].set_xlabel('models transmitted (relative to one FedAvg round)')
+  axes[1].set_xlabel('communication rounds')
+  for ax in axes:
+    ax.set_ylabel(metric.split('/')[-1])
+    ax.legend(fontsize=8)
+  fig.suptitle(title)
+  fig.tight_layout()
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  fig.savefig(path, dpi=110)
+  plt.close(fig)
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f'unexpected arguments: {argv[1:]}')
+  common.quiet_logs()
+  try:
+    from tff_algos import registry
+    algorithms = list(FLAGS.algorithms)
+    unknown = [a for a in algorithms if a not in registry.ALGORITHMS]
+    if unknown or not algorithms:
+      raise ValueError(f'unknown algorithms {unknown}; registered: '
+                       f'{", ".join(sorted(registry.ALGORITHMS))}')
+    participations = [float(p) for p in FLAGS.participations]
+    if not participations or any(not 0 < p <= 1 for p in participations):
+      raise ValueError('--participations must be fractions in (0, 1]')
+    targets = [float(t) for t in FLAGS.targets]
+    seeds = [int(s) for s in FLAGS.run_seeds]
+    if not targets or not seeds or any(s < 0 for s in seeds):
+      raise ValueError('need at least one target and seeds >= 0')
+    grid = settings()
+    for (_, values), alg, seed in itertools.product(grid, algorithms, seeds):
+      _set(dict(values, algorithm=alg, seed=seed, clients_per_round=1))
+      trainer_flags.validate(grid=True)  # every combination, before any run
+  except (ValueError, flags.Error) as e:
+    return common.fail(e)
+  reference = FLAGS.reference_algorithm if FLAGS.reference_algorithm in algorithms \
+      else algorithms[0]
+
+  from tasks import TaskError, get_task
+  from tff_algos import metrics_tables, runtime, training
+  root = os.path.join(FLAGS.root_output_dir, FLAGS.name or f'paper003_{FLAGS.task}')
+  results, curves = [], {}
+  with runtime.managed_context():
+    for (label, values), seed in itertools.product(grid, seeds):
+      _set(dict(values, seed=seed, algorithm=algorithms[0], clients_per_round=1))
+      options, _, _ = trainer_flags.validate(grid=True)
+      try:
+        task = get_task(FLAGS.task, options)
+      except TaskError as e:  # missing dataset: one line, exit status 2
+        return common.fail(e)
+      n = len(task.client_ids)
+      for part, alg in itertools.product(participations, algorithms):
+        m = clients_per_round(part, n)
+        _set(dict(algorithm=alg, clients_per_round=m))
+        _, hp, _ = trainer_flags.validate(grid=True)
+        out_dir = os.path.join(root, label, f'p{part:g}', f'{alg}_seed{seed}')
+        print(f'{label} p={part:g} ({m}/{n} clients) {alg} seed {seed} -> {out_dir}',
+              flush=True)
+        algorithm = registry.build(alg, task.model_fn, hp)
+        training.run_training(algorithm, task, trainer_flags.run_config(out_dir),
+                              extra_summary={'flags': trainer_flags.flag_values(),
+                                             'setting': label, 'participation': part},
+                              identity=trainer_flags.run_identity())
+        rows = report.read_metrics(os.path.join(out_dir, 'metrics.csv'))
+        with open(os.path.join(out_dir, 'summary.json')) as f:
+          summary = json.load(f)
+        per_round = metrics_tables.models_per_round(rows, summary['model_bytes'], m)
+        cum = np.cumsum(per_round)
+        pts = [(c, r['round'], r[FLAGS.target_metric]) for c, r in zip(cum, rows)
+               if FLAGS.target_metric in r]
+        curves.setdefault((label, part), {}).setdefault(alg, []).append(
+            tuple(map(list, zip(*pts))) if pts else ([], [], []))
+        for target in targets:
+          res = metrics_tables.models_to_target(rows, target, summary['model_bytes'], m,
+                                                FLAGS.target_metric)
+          results.append(dict(
+              setting=label, participation=part, clients_per_round=m, algorithm=alg,
+              seed=seed, target=target, reached=res.reached, round=res.round,
+              models_transmitted=res.models_transmitted, total_models=res.total_models,
+              rounds_run=res.rounds_run, final_value=res.final_value,
+              models_per_round=per_round[0] if per_round else math.nan))
+
+  table = aggregate(results, reference)
+  md = markdown(table, algorithms, FLAGS.target_metric)
+  title = (f'Models transmitted (relative to one round of FedAvg) until '
+           f'{FLAGS.target_metric} reaches the target; "+": not reached in '
+           f'{FLAGS.total_rounds} rounds; (ratio to {reference}). Task {FLAGS.task}, '
+           f'seeds {",".join(map(str, seeds))}.')
+  os.makedirs(root, exist_ok=True)
+  with open(os.path.join(root, 'tables.md'), 'w') as f:
+    f.write(title + '\n\n' + md + '\n')
+  with open(os.path.join(root, 'results.csv'), 'w', newline='') as f:
+    writer = csv.DictWriter(f, fieldnames=list(results[0]))
+    writer.writeheader()
+    writer.writerows(results)
+  figures = []
+  for (label, part), by_alg in curves.items():
+    path = os.path.join(root, 'figures', f'{label}_p{part:g}.png')
+    plot_setting(by_alg, path, f'{FLAGS.task} {label}, participation {part:g}',
+                 FLAGS.target_metric)
+    figures.append(path)
+  print(title)
+  print(md)
+  print(f'results: {os.path.join(root, "results.csv")}  tables: '
+        f'{os.path.join(root, "tables.md")}  figures: {os.path.join(root, "figures")}')
+  print(json.dumps(dict(
+      task=FLAGS.task, metric=FLAGS.target_metric, reference=reference,
+      runs=len(results) // len(targets), figures=len(figures),
+      cells={f'{s}|p{p:g}|{t:g}': {a: v['cell'] for a, v in row.items()}
+             for (s, p, t), row in sorted(table.items())})))
+  return 0
+
+
+if __name__ == '__main__':
+  for _name, _value in DEFAULTS.items():
+    FLAGS.set_default(_name, _value)
+  app.run(main)

@@ -1,0 +1,346 @@
+"""The datasets of paper 003 (Acar et al. 2021, FedDyn), split as the paper does.
+
+Centralised datasets are split over `num_clients` clients (default 100) by
+`partition.feddyn_split` (paper A.2, its reference code): 'iid' (a random
+permutation cut into shards) or 'dirichlet' (per-client class priors
+Dir(`dirichlet_alpha`); the paper uses 0.6 and 0.3), with balanced client sizes
+or lognormal-unbalanced ones (`unbalanced_sigma`; the paper uses 0.3).
+
+* `feddyn_digits`: scikit-learn's digits (offline; the embedded task's arrays);
+* `mnist`, `emnist_letters10` (the first 10 letters of EMNIST 'letters', 48,000 /
+  8,000 images), `cifar10`, `cifar100_split`: from tensorflow-datasets, read from
+  a prepared TFDS data_dir only (`--cache_dir`, else $TFDS_DATA_DIR, else
+  ~/tensorflow_datasets); nothing is downloaded. A missing dataset raises
+  `TaskError` naming the directory and the `tfds build` command, before any
+  data is read;
+* `synthetic_logistic`: paper A.1's convex problem (below), fully offline;
+* `shakespeare_003`: TFF's Shakespeare with the paper's 2 x LSTM(100).
+
+Models: `models.mlp_200_100` (MNIST, EMNIST-L, digits), `models.cifar_cnn_003`
+(CIFAR-10/100), multiclass logistic regression (synthetic).
+
+Synthetic data (paper A.1, after FedProx's Synthetic(alpha, beta)): client i has
+y = argmax(theta_i x + b_i), x in R^30, 5 classes, x ~ N(nu_i, diag(k^-1.2)).
+Heterogeneity comes in three types, one at a time (`synthetic_heterogeneity`):
+  type1 (optimal models): mu_i ~ N(0, g), every entry of (theta_i, b_i) ~ N(mu_i, 1);
+        otherwise one (theta, b) ~ N(0, 1) for all clients;
+  type2 (features): beta_i ~ N(0, g), every entry of nu_i ~ N(beta_i, 1); otherwise nu_i = 0;
+  type3 (sizes): n_i ~ LogNormal(log(avg), g); otherwise n_i = avg;
+'homogeneous' enables none. g = `SYNTHETIC_GAMMA` (1, as FedProx's
+Synthetic(1, 1); the paper does not print its values) and, as in both
+reference codes, it is the standard deviation. 20 clients, 200 examples on
+average. The test set pools a further max(1, n_i // 5) examples per client.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import os
+from typing import Optional
+
+import numpy as np
+import tensorflow as tf
+
+from tasks import base
+from tasks import cifar10 as cifar10_task
+from tasks import embedded
+from tasks import models
+from tasks import partition
+from tasks.registry import TaskOptions, register
+
+DEFAULT_CLIENTS = 100
+EVAL_BATCH = 1000
+# Channel statistics of the training sets (as the reference code normalises).
+CIFAR100_MEAN = (0.5071, 0.4867, 0.4408)
+CIFAR100_STD = (0.2675, 0.2565, 0.2761)
+
+
+# ------------------------------------------------------- tensorflow-datasets
+
+
+def missing_dataset_error(tfds_name: str, data_dir: str, why: str) -> base.TaskError:
+  where = os.path.join(data_dir, tfds_name)
+  return base.TaskError(
+      f'tensorflow-datasets {tfds_name!r} is not prepared under {where} ({why}). '
+      f'Prepare it once on a machine with network access: '
+      f'`tfds build {tfds_name} --data_dir={data_dir}` (or python -c "import '
+      f"tensorflow_datasets as tfds; tfds.load('{tfds_name}', data_dir='{data_dir}')\")"
+      f', copy {where} here and pass --cache_dir={data_dir}.')
+
+
+def check_tfds_prepared(tfds_name: str, cache_dir: Optional[str]) -> str:
+  """The TFDS data_dir holding `tfds_name`, or TaskError (cheap: no TFDS import)."""
+  data_dir = cifar10_task.tfds_data_dir(cache_dir)
+  if not os.path.isdir(os.path.join(data_dir, tfds_name)):
+    raise missing_dataset_error(tfds_name, data_dir, 'no such directory')
+  return data_dir
+
+
+def load_tfds_arrays(tfds_name: str, cache_dir: Optional[str]):
+  """(x_train, y_train, x_test, y_test) numpy arrays of a prepared TFDS dataset
+  (`as_supervised`: image uint8, label int32)."""
+  data_dir = check_tfds_prepared(tfds_name, cache_dir)
+  try:
+    import tensorflow_datasets as tfds
+  except Exception as e:  # broken installs raise ImportError or worse
+    raise base.TaskError(f'tensorflow-datasets cannot be imported: {e}') from None
+  try:
+    splits = tfds.load(tfds_name, split=['train', 'test'], data_dir=data_dir,
+                       download=False, as_supervised=True)
+  except Exception as e:  # TFDS raises AssertionError / DatasetNotFoundError
+    raise missing_dataset_error(tfds_name, data_dir, f'{type(e).__name__}: {e}') from None
+  # Batches of 10k, not `batch_size=-1` (aborts under TFDS mock_data, TF 2.14).
+  (x_tr, y_tr), (x_te, y_te) = [
+      tuple(np.concatenate(parts) for parts in zip(*tfds.as_numpy(ds.batch(10_000))))
+      for ds in splits]
+  return x_tr, y_tr.astype(np.int32), x_te, y_te.astype(np.int32)
+
+
+# ------------------------------------------------------------ task assembly
+
+
+def split_clients(labels: np.ndarray, options: TaskOptions,
+                  default_clients: int = DEFAULT_CLIENTS) -> list[np.ndarray]:
+  """`partition.feddyn_split` from the task options (errors as TaskError)."""
+  num_clients = options.num_clients or default_clients
+  try:
+    return partition.feddyn_split(labels, num_clients, options.partition, options.seed,
+                                  alpha=options.dirichlet_alpha,
+                                  sigma=options.unbalanced_sigma)
+  except ValueError as e:
+    raise base.TaskError(str(e)) from None
+
+
+def check_split_options(options: TaskOptions) -> None:
+  """Cheap checks of the split options (run before any data is read)."""
+  if options.partition not in partition.FEDDYN_SCHEMES:
+    raise base.TaskError(f'paper-003 tasks split {"|".join(partition.FEDDYN_SCHEMES)}, '
+                         f'not {options.partition!r}')
+  if options.partition == 'dirichlet' and options.dirichlet_alpha <= 0:
+    raise base.TaskError(f'dirichlet_alpha must be > 0, got {options.dirichlet_alpha}')
+
+
+def _task(name, options, x_tr, y_tr, x_te, y_te, transform, keras_fn, element_spec,
+          model, source, default_clients=DEFAULT_CLIENTS) -> base.Task:
+  parts = split_clients(y_tr, options, default_clients)
+  train = partition.to_client_data(collections.OrderedDict(x=x_tr, y=y_tr), parts)
+  batch = options.batch_size
+
+  def preprocess(ds: tf.data.Dataset) -> tf.data.Dataset:
+    return ds.batch(batch).map(transform)
+
+  test = tf.data.Dataset.from_tensor_slices(
+      collections.OrderedDict(x=x_te, y=y_te)).batch(EVAL_BATCH).map(transform)
+  sizes = np.array([len(p) for p in parts])
+  return base.Task(
+      name=name, train_data=train, preprocess_fn=preprocess, test_data=test,
+      model_fn=base.logits_classifier_fn(keras_fn, element_spec),
+      info=dict(model=model, source=source, num_train_clients=len(parts),
+                partition=options.partition, dirichlet_alpha=options.dirichlet_alpha,
+                unbalanced_sigma=options.unbalanced_sigma,
+                client_size_mean=float(sizes.mean()), client_size_std=float(sizes.std()),
+                num_train_examples=int(sizes.sum()), num_test_examples=len(y_te)))
+
+
+def _flat_images(e):
+  x = tf.reshape(tf.cast(e['x'], tf.float32) / 255.0, [tf.shape(e['x'])[0], -1])
+  return collections.OrderedDict(x=x, y=e['y'])
+
+
+def _standardiser(mean, std):
+  def transform(e):
+    x = (tf.cast(e['x'], tf.float32) / 255.0 - tf.constant(mean)) / tf.constant(std)
+    return collections.OrderedDict(x=x, y=e['y'])
+  return transform
+
+
+def _flat_spec(dim):
+  return collections.OrderedDict(x=tf.TensorSpec([None, dim], tf.float32),
+                                 y=tf.TensorSpec([None], tf.int32))
+
+
+IMAGE_SPEC = collections.OrderedDict(x=tf.TensorSpec([None, 32, 32, 3], tf.float32),
+                                     y=tf.TensorSpec([None], tf.int32))
+
+
+@register('feddyn_digits', models=('mlp_200_100', 'logistic'),
+          description='scikit-learn digits split as paper 003 (iid|dirichlet, '
+                      '--unbalanced_sigma), 100 clients (offline)')
+def build_digits(options: TaskOptions) -> base.Task:
+  check_split_options(options)
+  x_tr, y_tr, x_te, y_te = embedded.load_digits_arrays(options.seed)
+  model = options.model or 'mlp_200_100'
+  keras_fn = (lambda: models.mlp_200_100(64, 10)) if model == 'mlp_200_100' else (
+      lambda: tf.keras.Sequential([tf.keras.Input(shape=(64,)), tf.keras.layers.Dense(10)]))
+  identity = lambda e: e  # noqa: E731  (digits are already float features in [0, 1])
+  return _task('feddyn_digits', options, x_tr, y_tr, x_te, y_te, identity, keras_fn,
+               _flat_spec(64), model, 'sklearn digits')
+
+
+@register('mnist', models=('mlp_200_100',),
+          description='MNIST (prepared TFDS), paper 003 splits, MLP 200-100')
+def build_mnist(options: TaskOptions) -> base.Task:
+  check_split_options(options)
+  x_tr, y_tr, x_te, y_te = load_tfds_arrays('mnist', options.cache_dir)
+  return _task('mnist', options, x_tr, y_tr, x_te, y_te, _flat_images,
+               lambda: models.mlp_200_100(784, 10), _flat_spec(784), 'mlp_200_100',
+               'tfds mnist')
+
+
+def first_letters(x: np.ndarray, y: np.ndarray, num_letters: int = 10):
+  """EMNIST 'letters' labels are 1..26 (a..z): keep 1..num_letters, relabel 0.."""
+  keep = (y >= 1) & (y <= num_letters)
+  return x[keep], (y[keep] - 1).astype(np.int32)
+
+
+@register('emnist_letters10', models=('mlp_200_100',),
+          description="EMNIST-L: first 10 letters of TFDS 'emnist/letters' "
+                      '(prepared), paper 003 splits, MLP 200-100')
+def build_emnist_letters10(options: TaskOptions) -> base.Task:
+  check_split_options(options)
+  x_tr, y_tr, x_te, y_te = load_tfds_arrays('emnist/letters', options.cache_dir)
+  x_tr, y_tr = first_letters(x_tr, y_tr)
+  x_te, y_te = first_letters(x_te, y_te)
+  return _task('emnist_letters10', options, x_tr, y_tr, x_te, y_te, _flat_images,
+               lambda: models.mlp_200_100(784, 10), _flat_spec(784), 'mlp_200_100',
+               'tfds emnist/letters, letters a-j')
+
+
+@register('cifar10', models=('cnn003',),
+          description='CIFAR-10 (prepared TFDS), paper 003 splits and CNN')
+def build_cifar10(options: TaskOptions) -> base.Task:
+  check_split_options(options)
+  x_tr, y_tr, x_te, y_te = load_tfds_arrays('cifar10', options.cache_dir)
+  return _task('cifar10', options, x_tr, y_tr, x_te, y_te,
+               _standardiser(cifar10_task.CHANNEL_MEAN, cifar10_task.CHANNEL_STD),
+               lambda: models.cifar_cnn_003(10), IMAGE_SPEC, 'cnn003', 'tfds cifar10')
+
+
+@register('cifar100_split', models=('cnn003',),
+          description='CIFAR-100 (prepared TFDS) split as paper 003 (not TFF\'s '
+                      'federated CIFAR-100), paper 003 CNN')
+def build_cifar100(options: TaskOptions) -> base.Task:
+  check_split_options(options)
+  x_tr, y_tr, x_te, y_te = load_tfds_arrays('cifar100', options.cache_dir)
+  return _task('cifar100_split', options, x_tr, y_tr, x_te, y_te,
+               _standardiser(CIFAR100_MEAN, CIFAR100_STD),
+               lambda: models.cifar_cnn_003(100), IMAGE_SPEC, 'cnn003', 'tfds cifar100')
+
+
+# -------------------------------------------------- synthetic (paper A.1)
+
+HETEROGENEITY = ('homogeneous', 'type1', 'type2', 'type3')
+SYNTHETIC_GAMMA = 1.0
+SYNTHETIC_DIM, SYNTHETIC_CLASSES = 30, 5
+SYNTHETIC_CLIENTS, SYNTHETIC_AVG_SIZE = 20, 200
+
+
+@dataclasses.dataclass(frozen=True)
+class SyntheticData:
+  x: list            # per client [n_i, d] float32
+  y: list            # per client [n_i] int32
+  x_test: np.ndarray
+  y_test: np.ndarray
+  theta: np.ndarray  # [N, C, d] optimal model of each client
+  bias: np.ndarray   # [N, C]
+  nu: np.ndarray     # [N, d] feature means
+  sizes: np.ndarray  # [N] training examples per client
+
+
+def generate_synthetic_logistic(num_clients: int = SYNTHETIC_CLIENTS,
+                                avg_size: int = SYNTHETIC_AVG_SIZE,
+                                heterogeneity: str = 'homogeneous',
+                                gamma: float = SYNTHETIC_GAMMA, seed: int = 0,
+                                dim: int = SYNTHETIC_DIM,
+                                num_classes: int = SYNTHETIC_CLASSES) -> SyntheticData:
+  """Paper 003 A.1's generator (see the module docstring)."""
+  if heterogeneity not in HETEROGENEITY:
+    raise ValueError(f'unknown heterogeneity {heterogeneity!r}; choose one of '
+                     f'{", ".join(HETEROGENEITY)}')
+  if num_clients < 1 or avg_size < 1 or gamma < 0:
+    raise ValueError('need num_clients >= 1, avg_size >= 1 and gamma >= 0')
+  rng = np.random.default_rng([seed, 6])
+  n, c, d = num_clients, num_classes, dim
+  if heterogeneity == 'type3':
+    sizes = np.maximum(1, rng.lognormal(np.log(avg_size), gamma, n).astype(np.int64))
+  else:
+    sizes = np.full(n, avg_size, np.int64)
+  if heterogeneity == 'type1':
+    mu = rng.normal(0.0, gamma, n)
+    theta = rng.normal(mu[:, None, None], 1.0, (n, c, d))
+    bias = rng.normal(mu[:, None], 1.0, (n, c))
+  else:
+    theta = np.broadcast_to(rng.normal(0.0, 1.0, (c, d)), (n, c, d)).copy()
+    bias = np.broadcast_to(rng.normal(0.0, 1.0, c), (n, c)).copy()
+  if heterogeneity == 'type2':
+    beta = rng.normal(0.0, gamma, n)
+    nu = rng.normal(beta[:, None], 1.0, (n, d))
+  else:
+    nu = np.zeros((n, d))
+  std = np.arange(1, d + 1, dtype=np.float64) ** -0.6  # variance k^-1.2
+  xs, ys, xt, yt = [], [], [], []
+  for i in range(n):
+    test = max(1, int(sizes[i]) // 5)
+    x = nu[i] + rng.normal(size=(int(sizes[i]) + test, d)) * std
+    y = np.argmax(x @ theta[i].T + bias[i], axis=1).astype(np.int32)
+    xs.append(x[:sizes[i]].astype(np.float32)); ys.append(y[:sizes[i]])
+    xt.append(x[sizes[i]:].astype(np.float32)); yt.append(y[sizes[i]:])
+  return SyntheticData(xs, ys, np.concatenate(xt), np.concatenate(yt), theta, bias,
+                       nu, sizes)
+
+
+@register('synthetic_logistic', models=('logreg',),
+          description='paper 003 A.1 synthetic multiclass logistic problem, 20 '
+                      'clients; --synthetic_heterogeneity=homogeneous|type1|type2|type3')
+def build_synthetic(options: TaskOptions) -> base.Task:
+  try:
+    data = generate_synthetic_logistic(
+        num_clients=options.num_clients or SYNTHETIC_CLIENTS,
+        heterogeneity=options.synthetic_heterogeneity, seed=options.seed)
+  except ValueError as e:
+    raise base.TaskError(str(e)) from None
+  offsets = np.cumsum([0] + [len(y) for y in data.y])
+  parts = [np.arange(offsets[i], offsets[i + 1]) for i in range(len(data.y))]
+  train = partition.to_client_data(collections.OrderedDict(
+      x=np.concatenate(data.x), y=np.concatenate(data.y)), parts)
+  batch = options.batch_size
+  d = SYNTHETIC_DIM
+
+  def keras_fn():
+    return tf.keras.Sequential([tf.keras.Input(shape=(d,)),
+                                tf.keras.layers.Dense(SYNTHETIC_CLASSES)])
+
+  test = tf.data.Dataset.from_tensor_slices(collections.OrderedDict(
+      x=data.x_test, y=data.y_test)).batch(EVAL_BATCH)
+  return base.Task(
+      name='synthetic_logistic', train_data=train,
+      preprocess_fn=lambda ds: ds.batch(batch), test_data=test,
+      model_fn=base.logits_classifier_fn(keras_fn, _flat_spec(d)),
+      info=dict(model='logreg', source='generated (paper 003 A.1)',
+                heterogeneity=options.synthetic_heterogeneity, gamma=SYNTHETIC_GAMMA,
+                num_train_clients=len(parts), num_train_examples=int(data.sizes.sum()),
+                num_test_examples=len(data.y_test)))
+
+
+# ------------------------------------------------------------- Shakespeare
+
+
+@register('shakespeare_003', models=('lstm100',),
+          description="TFF Shakespeare (per-role clients) with paper 003's model: "
+                      'Embedding 8, 2 x LSTM 100 (logits at every step)')
+def build_shakespeare(options: TaskOptions) -> base.Task:
+  """`shakespeare_character`'s data and metrics, paper 003's 2 x LSTM(100).
+
+  The paper (LEAF) predicts one character after each 80-character window; TFF's
+  pipeline predicts every next character of the window, so the model emits
+  logits at every step (`models.shakespeare_lstm_003`, return_sequences=True).
+  """
+  from tasks import shakespeare  # pylint: disable=g-import-not-at-top
+  task = shakespeare.build(dataclasses.replace(options, model=None))
+  spec = task.client_dataset(task.client_ids[0]).element_spec
+  model_fn = base.logits_classifier_fn(
+      lambda: models.shakespeare_lstm_003(shakespeare.VOCAB_SIZE), spec,
+      metrics_fn=shakespeare._metrics)  # pylint: disable=protected-access
+  return dataclasses.replace(task, name='shakespeare_003', model_fn=model_fn,
+                             info=dict(task.info, model='lstm100'))

@@ -1,6 +1,8 @@
 """Simulation speed, as ratios measured in one run (issue 7's benchmark).
 
     python -m experiments.benchmark --quick      # ~3 minutes on 2 cores
+    python -m experiments.benchmark --quick --backend=inprocess   # GPU if visible
+    python -m experiments.benchmark --quick --workers=2           # 2 local workers
 
 Workload: the EMNIST CNN of papers 000/004 (conv32-conv64-FC512-62) on
 synthetic data of EMNIST's shape, 10 clients x 10 local SGD steps x batch 20
@@ -11,7 +13,13 @@ FedAvg; (d) seconds per round for 10, 20, 40 clients; (e) peak memory of this
 process and of the TFF worker; (f) milliseconds per round of the quadratic toy
 (one parameter, 10 clients, one example each), where compute is nil. Timings
 are medians over the measured rounds after warm-up rounds. The LAST line is
-one JSON object.
+one JSON object (it also names the backend and the devices used).
+
+Every measurement runs on the backend chosen by --backend / --workers (see
+`tff_algos/runtime`); the pure-TF floor always runs in this process, i.e. on
+the GPU when TensorFlow sees one. (c) covers every algorithm of
+`tff_algos.registry` with default hyperparameters and K=10 local steps;
+--quick measures 1 round after 1 warm-up round for those.
 """
 
 from __future__ import annotations
@@ -29,19 +37,26 @@ from experiments import common
 
 flags.DEFINE_bool('quick', False, 'Fewer measured rounds (for CI-sized machines).')
 flags.DEFINE_integer('seed', 0, 'Seed of the synthetic data.')
+flags.DEFINE_enum('backend', 'cpp', ['cpp', 'inprocess'], 'Execution backend.')
+flags.DEFINE_string('workers', None, 'cpp backend: worker count or host:port,... '
+                    '(clients split over several TFF workers).')
 FLAGS = flags.FLAGS
 
 CLIENTS, STEPS, BATCH = 10, 10, 20
 
 
-def _median_round_time(process, state, data, rounds, warmup=2):
-  for _ in range(warmup):
-    state = process.next(state, data).state
+def _median_round_time(process, state, data, rounds, warmup=2, client_states=None):
+  """Median seconds of `process.next` (stateful-client processes get their states)."""
   times = []
-  for _ in range(rounds):
+  for r in range(warmup + rounds):
     t0 = time.perf_counter()
-    state = process.next(state, data).state
-    times.append(time.perf_counter() - t0)
+    if client_states is None:
+      state = process.next(state, data).state
+    else:
+      out = process.next(state, data, client_states)
+      state, client_states = out.state, out.client_states
+    if r >= warmup:
+      times.append(time.perf_counter() - t0)
   return float(np.median(times))
 
 
@@ -52,9 +67,11 @@ def main(argv):
   import tensorflow as tf
   import tensorflow_federated as tff
   from tasks import base, models, partition, quadratic
-  from tff_algos import fedopt, local_update, nastya, runtime
-  from tff_algos.core import local_training, optimizers
+  from tff_algos import fedopt, registry, runtime
+  from tff_algos.hparams import HParams
+  from tff_algos.core import local_training, optimizers, stateful_process
 
+  runtime.prepare(FLAGS.backend)  # before TensorFlow runs an op
   rounds = 3 if FLAGS.quick else 10
   rng = np.random.default_rng(FLAGS.seed)
   n_clients = 40
@@ -73,7 +90,10 @@ def main(argv):
   sgd = optimizers.OptimizerSpec('sgd', 0.1)
   result = {}
 
-  with runtime.managed_context() as ctx:
+  runtime.check_backend(FLAGS.backend, FLAGS.workers)
+  result['backend'] = FLAGS.backend + (f' workers={FLAGS.workers}' if FLAGS.workers else '')
+  result['devices'] = [d.name for d in tf.config.list_logical_devices()]
+  with runtime.managed_context(backend=FLAGS.backend, workers=FLAGS.workers) as ctx:
     # (a) the compute floor: 100 SGD steps in one tf.function, no TFF.
     model = task.model_fn()
     weights = tff.learning.models.ModelWeights.from_model(model)
@@ -110,18 +130,37 @@ def main(argv):
     result['overhead_vs_pure_tf'] = ours_s / floor_s
     result['ratio_vs_tff_builtin'] = ours_s / builtin_s
 
-    # (c) every algorithm on the same clients, relative to our FedAvg.
-    algorithms = {
-        'fedsgd': fedopt.build_fedsgd(task.model_fn),
-        'local_update(reptile)': local_update.build_local_update(
-            task.model_fn, local_update.LocalUpdateConfig(theta=(1.0,) * STEPS)),
-        'local_update_decay': local_update.build_local_update_decay(
-            task.model_fn, local_update.LocalUpdateConfig(theta=(1.0,) * STEPS)),
-        'nastya': nastya.build_nastya(task.model_fn, nastya.NastyaConfig()),
-    }
+    # (c) every algorithm of the registry on the same clients, over our FedAvg.
     result['per_algorithm'] = {'fedavg': 1.0}
-    for name, alg in algorithms.items():
-      t = _median_round_time(alg.process, alg.process.initialize(), data[10], rounds)
+    result['per_algorithm_not_run'] = {}
+    candidates = (  # K=10 SGD steps; else one epoch (fedrr, nastya); else Adam (mime, mfl)
+        HParams(client_learning_rate=0.1, local_steps=STEPS),
+        HParams(client_learning_rate=0.1),
+        HParams(client_optimizer='adam', client_learning_rate=0.01, local_steps=STEPS))
+    for name in sorted(registry.ALGORITHMS):
+      if name == 'fedavg':
+        continue
+      try:
+        alg, error = None, None
+        for hp in candidates:
+          try:
+            alg = registry.build(name, task.model_fn, hp)
+            break
+          except ValueError as e:
+            error = e
+        if alg is None:
+          raise error
+        stateful = getattr(alg, 'stateful_clients', False)
+        state = (alg.process.initialize(stateful_process.population_of(
+            task, alg.process.needs_mean_examples)) if stateful else alg.process.initialize())
+        t = _median_round_time(
+            alg.process, state, data[10], 1 if FLAGS.quick else rounds,
+            warmup=1 if FLAGS.quick else 2,
+            client_states=[alg.process.initial_client_state(state)] * CLIENTS
+            if stateful else None)
+      except Exception as e:  # pylint: disable=broad-except
+        result['per_algorithm_not_run'][name] = f'{type(e).__name__}: {e}'[:200]
+        continue
       result['per_algorithm'][name] = t / ours_s
 
     # (d) linear cost in the cohort size.
@@ -130,10 +169,13 @@ def main(argv):
                                    rounds) for m in (10, 20, 40)}
 
     # (e) peak memory.
-    worker = psutil.Process(ctx.pids[0])
     result['peak_memory_mb'] = dict(
-        python=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-        worker_rss_now=worker.memory_info().rss / 2**20)
+        python=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+    for i, pid in enumerate(ctx.pids):
+      result['peak_memory_mb'][f'worker{i}_rss_now'] = psutil.Process(pid).memory_info().rss / 2**20
+    for gpu in tf.config.list_logical_devices('GPU'):
+      result['peak_memory_mb'][gpu.name] = tf.config.experimental.get_memory_info(
+          gpu.name)['peak'] / 2**20
 
     # (f) the fixed cost of a round: nothing to compute.
     toy = quadratic.build_quadratic(num_runs=1, num_clients=CLIENTS)
@@ -143,6 +185,7 @@ def main(argv):
     result['fixed_ms_per_round'] = 1000 * _median_round_time(
         toy_alg.process, toy_alg.process.initialize(), toy_data, max(rounds, 10) * 2)
 
+  print(f"backend {result['backend']} on {', '.join(result['devices'])}")
   print(f"our FedAvg {ours_s:.3f} s/round; pure-TF floor {floor_s:.3f} s; "
         f"TFF built-in {builtin_s:.3f} s/round")
   print(f"overhead vs pure TF {result['overhead_vs_pure_tf']:.2f}x (target <= 1.15); "
@@ -150,6 +193,8 @@ def main(argv):
         f"fixed cost {result['fixed_ms_per_round']:.0f} ms/round (target <= 20)")
   for name, r in result['per_algorithm'].items():
     print(f'  {name:24s} {r:.2f}x FedAvg')
+  for name, err in result['per_algorithm_not_run'].items():
+    print(f'  {name:24s} not run: {err}')
   print('  scaling: ' + ', '.join(f'{m} clients {s:.3f} s' for m, s in result['scaling'].items()))
   print(json.dumps(result))
   return 0

@@ -35,6 +35,11 @@ flags.DEFINE_enum('partition', 'iid', ['iid', 'sorted', 'dirichlet'],
 flags.DEFINE_string('libsvm_path', None, 'LIBSVM-format file for --task=logistic '
                     '(default: the embedded scikit-learn breast-cancer set).')
 flags.DEFINE_float('l2_reg', None, 'l2 regularisation lambda (logistic; default L/n).')
+flags.DEFINE_float('unbalanced_sigma', 0.0, 'Paper-003 splits: lognormal client sizes '
+                   '(sigma; paper 0.3), 0 = balanced.')
+flags.DEFINE_enum('synthetic_heterogeneity', 'homogeneous',
+                  ['homogeneous', 'type1', 'type2', 'type3'],
+                  'synthetic_logistic (paper 003 A.1): which heterogeneity is on.')
 
 # Algorithm.
 flags.DEFINE_string('algorithm', 'fedavg', 'Algorithm name (see --list_algorithms).')
@@ -71,6 +76,31 @@ flags.DEFINE_bool('decay_reference_semantics', False,
 # Nastya (paper 001).
 flags.DEFINE_bool('server_adaptive_lr', False, 'Nastya: adaptive server step of Malitsky '
                   '& Mishchenko (2020), starting from --server_learning_rate.')
+# Client optimiser statistics (adam, rmsprop; FedGBO, MFL, Mimelite: paper 004).
+flags.DEFINE_float('client_beta_1', None, 'Client beta_1 (adam; fedgbo/mime/mfl).')
+flags.DEFINE_float('client_beta_2', None, 'Client beta_2 (adam; rmsprop decay).')
+flags.DEFINE_float('client_epsilon', None, 'Client epsilon (adam, rmsprop).')
+flags.DEFINE_bool('gbo_reference_conventions', False, 'FedGBO/Mimelite: the reference '
+                  "code's conventions (v_0 = 1, no bias correction, eps = 1e-3, "
+                  'unweighted client mean).')
+# FedDyn / SCAFFOLD / FedProx (paper 003).
+flags.DEFINE_float('feddyn_alpha', 0.01, 'FedDyn: dynamic regulariser alpha.')
+flags.DEFINE_bool('feddyn_adaptive_alpha', False, 'FedDyn: alpha_k = alpha / (n_k / mean n) '
+                  '(reference code).')
+flags.DEFINE_bool('feddyn_weight_decay_form', False, 'FedDyn: the alpha quadratic as SGD '
+                  'weight decay, outside gradient clipping (reference code).')
+flags.DEFINE_bool('feddyn_report_device_average', False, 'FedDyn: evaluate the average '
+                  'of all device models (reference code); costs one more upload.')
+flags.DEFINE_float('client_weight_decay', 0.0, 'l2 weight decay of local steps '
+                   '(feddyn, scaffold; reference code 1e-3).')
+flags.DEFINE_float('clip_norm', None, 'Global-norm clipping of local gradients '
+                   '(feddyn, scaffold; reference code 10). Unset: off.')
+flags.DEFINE_float('prox_mu', 0.01, 'FedProx proximal strength mu.')
+# FedMAX (paper 004 baseline).
+flags.DEFINE_float('fedmax_beta', 1.0, 'FedMAX: weight beta of KL(softmax(penultimate '
+                   'activations) || uniform) in the local loss.')
+flags.DEFINE_bool('fedmax_reference_kl', False, "FedMAX: KL(uniform || softmax(.)), the "
+                  "direction of the authors' code.")
 
 # Round loop and outputs.
 flags.DEFINE_integer('total_rounds', 100, 'Number of rounds.')
@@ -88,6 +118,13 @@ flags.DEFINE_string('root_output_dir', 'runs', 'Root of experiment directories.'
 flags.DEFINE_string('experiment_name', None,
                     'Experiment directory name (default: built from the flags).')
 flags.DEFINE_bool('progress', True, 'Show a progress bar.')
+# Execution backend (issue 7; results agree across backends, so resumable across them).
+flags.DEFINE_enum('backend', 'cpp', ['cpp', 'inprocess'],
+                  "'cpp': TFF's C++ worker_binary (CPU only); 'inprocess': run the "
+                  "computations in this process's TensorFlow (uses its GPUs).")
+flags.DEFINE_string('workers', None, "cpp backend: split each round's clients over "
+                    'several TFF workers: a number of local workers to start, or '
+                    'host:port,... of running ones (python -m tff_algos.runtime.worker).')
 
 FLAGS = flags.FLAGS
 
@@ -101,12 +138,18 @@ def task_options() -> TaskOptions:
                      use_synthetic_data=FLAGS.use_synthetic_data, model=FLAGS.model,
                      seed=FLAGS.seed, num_clients=FLAGS.num_clients,
                      dirichlet_alpha=FLAGS.dirichlet_alpha, partition=FLAGS.partition,
-                     libsvm_path=FLAGS.libsvm_path, l2_reg=FLAGS.l2_reg)
+                     libsvm_path=FLAGS.libsvm_path, l2_reg=FLAGS.l2_reg,
+                     unbalanced_sigma=FLAGS.unbalanced_sigma,
+                     synthetic_heterogeneity=FLAGS.synthetic_heterogeneity)
 
 
-def hparams() -> registry.HParams:
+def hparams(grid: bool = False) -> registry.HParams:
+  """The algorithm's hyperparameters. `grid`: the flags are shared by several
+  algorithms (experiment grids), so other algorithms' own flags are dropped
+  instead of refused."""
   names = [f.name for f in dataclasses.fields(registry.HParams)]
-  return registry.HParams(**{n: getattr(FLAGS, n) for n in names})
+  hp = registry.HParams(**{n: getattr(FLAGS, n) for n in names})
+  return registry.for_algorithm(FLAGS.algorithm, hp) if grid else hp
 
 
 def experiment_name() -> str:
@@ -128,7 +171,7 @@ def run_config(output_dir) -> RunConfig:
                    shuffle=FLAGS.shuffle, max_eval_examples=FLAGS.max_eval_examples)
 
 
-def validate():
+def validate(grid: bool = False):
   """All cheap checks; raises FlagError with one readable message."""
   try:
     if FLAGS.experiment_name is not None and not re.fullmatch(r'[\w.\-]+', FLAGS.experiment_name):
@@ -136,9 +179,11 @@ def validate():
                        f'(got {FLAGS.experiment_name!r})')
     options = task_options()
     check_options(FLAGS.task, options)
-    hp = hparams()
+    hp = hparams(grid)
     registry.check(FLAGS.algorithm, hp)
     config = run_config(None)
+    from tff_algos import runtime  # pylint: disable=g-import-not-at-top
+    runtime.check_backend(FLAGS.backend, FLAGS.workers)
   except ValueError as e:  # TaskError is a ValueError
     raise FlagError(str(e)) from None
   return options, hp, config
@@ -155,9 +200,15 @@ def flag_values() -> dict:
 
 # Flags that may change between a run and its resume.
 _RESUMABLE = ('total_rounds', 'progress', 'rounds_per_eval', 'rounds_per_checkpoint',
-              'root_output_dir', 'experiment_name', 'max_eval_examples', 'cache_dir')
+              'root_output_dir', 'experiment_name', 'max_eval_examples', 'cache_dir',
+              'backend', 'workers')
 
 
 def run_identity() -> dict:
-  """The flag values that define a run (a resume must repeat them)."""
-  return {k: v for k, v in flag_values().items() if k not in _RESUMABLE}
+  """The flag values that define a run (a resume must repeat them).
+
+  Only flags that differ from their defaults: a flag added in a later version
+  (at its default) does not make older runs unresumable.
+  """
+  return {f.name: f.value for f in FLAGS.get_flags_for_module(__name__)
+          if f.name not in _RESUMABLE and f.value != f.default}

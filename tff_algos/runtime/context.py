@@ -14,6 +14,18 @@ is started eagerly by us, and stopped on every way out:
 The executor stack is TFF's own (`RemoteExecutor` over a gRPC stub, in a
 `ResourceManagingExecutorFactory`, compiled by the native compiler), i.e. the
 same as `tff.backends.native.create_sync_local_cpp_execution_context`.
+
+Backends (`install(backend=..., workers=...)`, flags --backend / --workers):
+
+* 'cpp' (default): one local worker_binary runs every computation;
+* 'cpp' with `workers`: a round's clients are split over several worker_binary
+  processes by TFF's `MergeableCompExecutionContext` (one async remote context
+  per worker, the MergeableCompForm compiler); `workers` is a number of local
+  workers that we start and own, or 'host:port' addresses of workers started
+  elsewhere (`python -m tff_algos.runtime.worker --port=N`), which we use but
+  do not stop;
+* 'inprocess': no worker; computations run in this process's TensorFlow, on its
+  GPUs when it sees any (`tff_algos/runtime/inprocess.py`).
 """
 
 from __future__ import annotations
@@ -27,14 +39,17 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Optional
+from typing import Optional, Sequence, Union
 
 import grpc
 import portpicker
 import tensorflow_federated as tff
 from tensorflow_federated.python.core.backends.native import compiler as native_compiler
+from tensorflow_federated.python.core.backends.native import mergeable_comp_compiler
 from tensorflow_federated.python.core.environments.tensorflow_frontend import tensorflow_computation
 from tensorflow_federated.python.core.impl.context_stack import context_stack_impl
+from tensorflow_federated.python.core.impl.execution_contexts import async_execution_context
+from tensorflow_federated.python.core.impl.execution_contexts import mergeable_comp_execution_context
 from tensorflow_federated.python.core.impl.execution_contexts import sync_execution_context
 from tensorflow_federated.python.core.impl.executor_stacks import python_executor_stacks
 from tensorflow_federated.python.core.impl.executors import remote_executor
@@ -123,17 +138,110 @@ def _stack_factory(address: str):
       executor_stack_fn=stack_fn)
 
 
+BACKENDS = ('cpp', 'inprocess')
+Workers = Union[None, int, str, Sequence[str]]
+
+
+def parse_workers(workers: Workers) -> Union[None, int, list[str]]:
+  """None | N (local workers to start) | ['host:port', ...]; ValueError if bad."""
+  if workers is None or workers == '' or workers == []:
+    return None
+  if isinstance(workers, int) or (isinstance(workers, str) and workers.strip().isdigit()):
+    n = int(workers)
+    if n < 1:
+      raise ValueError(f'--workers: need at least one worker, got {workers!r}')
+    return n
+  addresses = workers.split(',') if isinstance(workers, str) else list(workers)
+  addresses = [a.strip() for a in addresses]
+  for a in addresses:
+    host, _, port = a.rpartition(':')
+    if not host or not port.isdigit():
+      raise ValueError(f'--workers: expected a worker count or host:port,... ; got {a!r}')
+  return addresses
+
+
+def check_backend(backend: str, workers: Workers = None):
+  """Validates a backend/workers combination (before any worker starts)."""
+  if backend not in BACKENDS:
+    raise ValueError(f'--backend must be one of {BACKENDS}, got {backend!r}')
+  if backend == 'inprocess' and parse_workers(workers) is not None:
+    raise ValueError('--workers runs TFF worker_binary processes: use it with '
+                     '--backend=cpp, not --backend=inprocess')
+
+
+def prepare(backend: str, disable_grappler: bool = False):
+  """Process-wide settings of `backend`; call before TensorFlow runs any op.
+
+  With `disable_grappler`, 'inprocess' turns Grappler off
+  (`inprocess.disable_grappler`; TensorFlow reads it when its eager context
+  starts): each client call then stops re-optimising its dataset-reduce
+  function, which halves the fixed cost of tiny models (quadratic toy) but
+  makes the EMNIST CNN's compute ~1.7x slower (no op fusion), so it is off
+  by default.
+  """
+  check_backend(backend)
+  if backend == 'inprocess' and disable_grappler:
+    from tff_algos.runtime import inprocess  # pylint: disable=g-import-not-at-top
+    inprocess.disable_grappler()
+
+
+def _wait_ready(address: str, timeout_s: float = 30.0):
+  """Fails clearly when a worker given by address does not answer."""
+  channel = grpc.insecure_channel(address, _GRPC_OPTIONS)
+  try:
+    grpc.channel_ready_future(channel).result(timeout=timeout_s)
+  except grpc.FutureTimeoutError:
+    raise RuntimeError(f'no TFF worker answers at {address} (start one with '
+                       f'`python -m tff_algos.runtime.worker --port=PORT`)') from None
+  finally:
+    channel.close()
+
+
+def _native_context(address: str, sync: bool = True):
+  cls = (sync_execution_context.SyncExecutionContext if sync
+         else async_execution_context.AsyncExecutionContext)
+  return cls(executor_fn=_stack_factory(address),
+             compiler_fn=native_compiler.desugar_and_transform_to_native,
+             transform_args=tensorflow_computation.transform_args,
+             transform_result=tensorflow_computation.transform_result)
+
+
 class ManagedContext:
   """A sync TFF execution context backed by workers this object owns."""
 
-  def __init__(self, max_concurrent_computation_calls: int = -1):
-    self.workers = [Worker(max_concurrent_computation_calls)]
-    self.context = sync_execution_context.SyncExecutionContext(
-        executor_fn=_stack_factory(self.workers[0].address),
-        compiler_fn=native_compiler.desugar_and_transform_to_native,
-        transform_args=tensorflow_computation.transform_args,
-        transform_result=tensorflow_computation.transform_result)
+  def __init__(self, max_concurrent_computation_calls: int = -1,
+               backend: str = 'cpp', workers: Workers = None):
+    check_backend(backend, workers)
+    workers = parse_workers(workers)
+    self.backend, self.requested_workers = backend, workers
+    self.workers: list[Worker] = []
+    self.addresses: list[str] = []
     self._closed = False
+    if backend == 'inprocess':
+      from tff_algos.runtime import inprocess  # pylint: disable=g-import-not-at-top
+      self.context = inprocess.create_context()
+      return
+    try:
+      if workers is None or isinstance(workers, int):
+        for _ in range(workers or 1):
+          self.workers.append(Worker(max_concurrent_computation_calls))
+        self.addresses = [w.address for w in self.workers]
+      else:
+        self.addresses = list(workers)
+        for a in self.addresses:
+          _wait_ready(a)
+    except BaseException:
+      self.close()
+      raise
+    if workers is None:
+      self.context = _native_context(self.addresses[0])
+    else:
+      # TFF's multi-worker execution: each call's clients are split into one
+      # subround per worker; partial aggregates are merged, then `after_merge`.
+      self.context = mergeable_comp_execution_context.MergeableCompExecutionContext(
+          async_contexts=[_native_context(a, sync=False) for a in self.addresses],
+          compiler_fn=mergeable_comp_compiler.compile_to_mergeable_comp_form,
+          transform_result=tensorflow_computation.transform_result)
 
   @property
   def pids(self) -> list[int]:
@@ -188,13 +296,17 @@ def _install_handlers():
 atexit.register(_shutdown)
 
 
-def install(max_concurrent_computation_calls: int = -1) -> ManagedContext:
-  """Makes a managed local C++ context TFF's default; idempotent."""
+def install(max_concurrent_computation_calls: int = -1, backend: str = 'cpp',
+            workers: Workers = None) -> ManagedContext:
+  """Makes a managed context TFF's default; idempotent (the running one is kept)."""
   global _active
   with _lock:
     if _active is None:
-      _active = ManagedContext(max_concurrent_computation_calls)
+      _active = ManagedContext(max_concurrent_computation_calls, backend, workers)
       context_stack_impl.context_stack.set_default_context(_active.context)
+    elif (_active.backend, _active.requested_workers) != (backend, parse_workers(workers)):
+      raise RuntimeError(f'a {_active.backend!r} context is installed already; '
+                         'shutdown() it before installing another backend')
     ctx = _active
   _install_handlers()
   return ctx
@@ -206,8 +318,9 @@ def shutdown():
 
 
 @contextlib.contextmanager
-def managed_context(max_concurrent_computation_calls: int = -1):
-  ctx = install(max_concurrent_computation_calls)
+def managed_context(max_concurrent_computation_calls: int = -1, backend: str = 'cpp',
+                    workers: Workers = None):
+  ctx = install(max_concurrent_computation_calls, backend, workers)
   try:
     yield ctx
   finally:

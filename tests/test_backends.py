@@ -1,0 +1,265 @@
+"""Execution backends (issue 7) give the default backend's results.
+
+* `--backend=inprocess` (our interpreter of TFF's natively compiled computations,
+  running TF in this process) == the C++ worker, for FedAvg by default;
+* `--workers=2` (TFF's MergeableCompExecutionContext over two loopback
+  worker_binary processes) == one local worker; its workers are stopped on close;
+* both, for every registered algorithm, under `-m slow`;
+* a worker started with `python -m tff_algos.runtime.worker` serves
+  `--workers=localhost:PORT` and stops cleanly on SIGTERM.
+"""
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+
+import numpy as np
+import portpicker
+import pytest
+import tensorflow as tf
+import tensorflow_federated as tff
+from tensorflow_federated.python.core.impl.context_stack import context_stack_impl
+
+from conftest import wait_dead, worker_pids_of
+from tasks import TaskOptions, get_task
+from tff_algos import fedopt, registry, runtime
+from tff_algos.core import optimizers, stateful_process
+from tff_algos.hparams import HParams
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ATOL = 1e-5
+NUM_CLIENTS = 5  # odd: two workers get 3 and 2 clients
+
+
+@pytest.fixture(scope='module')
+def task():
+  return get_task('digits', TaskOptions(batch_size=16, num_clients=20, model='logistic'))
+
+
+@pytest.fixture(scope='module')
+def client_data(task):
+  return [task.client_dataset(cid) for cid in task.client_ids[:NUM_CLIENTS]]
+
+
+def run_rounds(process, data, rounds, context=None, stateful=False):
+  """Final state and metrics (and client states of stateful-client algorithms)."""
+  scope = (context_stack_impl.context_stack.install(context) if context is not None
+           else contextlib.nullcontext())
+  with scope:
+    state = (process.initialize(stateful_process.Population(20, 30.0)) if stateful
+             else process.initialize())
+    client_states = [process.initial_client_state(state)] * len(data) if stateful else None
+    for _ in range(rounds):
+      out = (process.next(state, data, client_states) if stateful
+             else process.next(state, data))
+      state = out.state
+      client_states = out.client_states if stateful else None
+  return (state, client_states) if stateful else state, out.metrics
+
+
+def leaves(structure):
+  return [np.asarray(x) for x in tf.nest.flatten(structure)]
+
+
+def assert_same(a, b, atol=ATOL):
+  a, b = leaves(a), leaves(b)
+  assert len(a) == len(b)
+  for x, y in zip(a, b):
+    np.testing.assert_allclose(x, y, rtol=0, atol=atol)
+
+
+def fedavg(task):
+  return fedopt.build_fedopt(task.model_fn, fedopt.FedOptConfig(
+      client_optimizer=optimizers.OptimizerSpec('sgd', 0.1), local_steps=3,
+      server_optimizer=optimizers.OptimizerSpec('sgd', 1.0)))
+
+
+@contextlib.contextmanager
+def backend(**kwargs):
+  ctx = runtime.ManagedContext(**kwargs)
+  try:
+    yield ctx
+  finally:
+    ctx.close()
+
+
+def test_inprocess_backend_equals_cpp_backend(task, client_data):
+  process = fedavg(task).process
+  cpp_state, cpp_metrics = run_rounds(process, client_data, 3)
+  with backend(backend='inprocess') as ctx:
+    assert ctx.pids == []  # no worker process at all
+    state, metrics = run_rounds(process, client_data, 3, ctx.context)
+  assert_same(state, cpp_state)
+  assert_same(metrics, cpp_metrics)
+  # The model moved (the comparison is not between two untouched initial states).
+  init = leaves(process.get_model_weights(process.initialize()).trainable)
+  moved = leaves(process.get_model_weights(state).trainable)
+  assert max(np.abs(x - y).max() for x, y in zip(init, moved)) > 1e-2
+
+
+def test_inprocess_backend_plain_tensorflow_and_federated_calls():
+  with backend(backend='inprocess') as ctx, \
+      context_stack_impl.context_stack.install(ctx.context):
+
+    @tff.tensorflow.computation(tf.float32, tf.int32)
+    def scale(x, n):
+      return x * tf.cast(n, tf.float32)
+
+    @tff.federated_computation(tff.FederatedType(np.float32, tff.CLIENTS),
+                               tff.FederatedType(np.float32, tff.CLIENTS))
+    def stats(x, w):
+      return (tff.federated_sum(x), tff.federated_mean(x, weight=w),
+              tff.federated_mean(x), tff.federated_broadcast(tff.federated_sum(w)))
+
+    assert scale(1.5, 4) == 6.0
+    total, weighted, mean, broadcast = stats([1.0, 2.0, 6.0], [1.0, 1.0, 2.0])
+    assert total == 9.0 and mean == 3.0
+    np.testing.assert_allclose(weighted, (1 + 2 + 12) / 4, rtol=1e-6)
+    assert broadcast == 4.0  # an all-equal CLIENTS value: one member
+
+  # Client work placed round-robin on devices (as on several GPUs; here CPU twice).
+  from tff_algos.runtime import inprocess
+  with context_stack_impl.context_stack.install(
+      inprocess.create_context(devices=['/device:CPU:0'] * 2)):
+
+    @tff.tensorflow.computation(tf.float32)
+    def square(x):
+      return x * x
+
+    @tff.federated_computation(tff.FederatedType(np.float32, tff.CLIENTS))
+    def squares(x):
+      return tff.federated_map(square, x)
+
+    assert squares([1.0, 2.0, 3.0]) == [1.0, 4.0, 9.0]
+
+
+def test_inprocess_backend_runs_desugared_min_and_refuses_unsupported_intrinsics():
+  from tff_algos.runtime import inprocess
+  with backend(backend='inprocess') as ctx, \
+      context_stack_impl.context_stack.install(ctx.context):
+
+    @tff.federated_computation(tff.FederatedType(np.float32, tff.CLIENTS))
+    def smallest(x):
+      return tff.federated_min(x)  # the native compiler lowers it to an aggregate
+
+    assert smallest([3.0, 1.0, 2.0]) == 1.0
+  interpreter = inprocess._Interpreter(2, [], {})  # pylint: disable=protected-access
+  for uri in ('federated_select', 'federated_secure_sum_bitwidth', 'sequence_reduce'):
+    with pytest.raises(ValueError, match=f'{uri}.*not supported'):
+      interpreter.intrinsic(uri)
+
+
+def test_two_loopback_workers_equal_one_worker_and_stop(task, client_data):
+  process = fedavg(task).process
+  one_state, one_metrics = run_rounds(process, client_data, 3)
+  before = set(worker_pids_of(os.getpid()))
+  with backend(workers=2) as ctx:
+    pids = ctx.pids
+    assert len(pids) == 2 and set(pids) <= set(worker_pids_of(os.getpid()))
+    state, metrics = run_rounds(process, client_data, 3, ctx.context)
+  assert wait_dead(pids) == []
+  assert set(worker_pids_of(os.getpid())) == before  # the session's worker only
+  assert_same(state, one_state)
+  assert_same(metrics, one_metrics)
+
+
+def test_worker_module_serves_workers_flag_and_stops_on_sigterm(task, client_data):
+  port = portpicker.pick_unused_port()
+  env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL='3')
+  proc = subprocess.Popen([sys.executable, '-m', 'tff_algos.runtime.worker', f'--port={port}'],
+                          cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True)
+  try:
+    line = proc.stdout.readline()
+    assert f'serving on port {port}' in line, line + proc.stderr.read()
+    served = worker_pids_of(proc.pid)
+    assert len(served) == 1
+    process = fedavg(task).process
+    one_state, _ = run_rounds(process, client_data, 1)
+    with backend(workers=f'localhost:{port}') as ctx:
+      assert ctx.pids == []  # not ours: used, never stopped by us
+      state, _ = run_rounds(process, client_data, 1, ctx.context)
+    assert_same(state, one_state)
+    assert proc.poll() is None
+  finally:
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=60)
+  assert proc.returncode == 0
+  assert wait_dead(served) == []
+
+
+def test_backend_and_workers_validation():
+  assert runtime.parse_workers(None) is None
+  assert runtime.parse_workers('3') == 3
+  assert runtime.parse_workers('a:1, b:2') == ['a:1', 'b:2']
+  for bad in ('0', 'host', 'host:port', ':80'):
+    with pytest.raises(ValueError, match='--workers'):
+      runtime.parse_workers(bad)
+  with pytest.raises(ValueError, match='--backend must be one of'):
+    runtime.check_backend('gpu')
+  with pytest.raises(ValueError, match='not --backend=inprocess'):
+    runtime.check_backend('inprocess', '2')
+  runtime.check_backend('cpp', 'localhost:8000')
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('kind', ['inprocess', 'two_workers'])
+@pytest.mark.parametrize('name', sorted(registry.ALGORITHMS))
+def test_backends_equal_cpp_for_every_algorithm(task, client_data, name, kind):
+  if name == 'fedmax':  # needs a hidden layer
+    task = get_task('digits', TaskOptions(batch_size=16, num_clients=20, model='mlp'))
+    client_data = [task.client_dataset(cid) for cid in task.client_ids[:NUM_CLIENTS]]
+  algorithm = None
+  for hp in (HParams(local_steps=2), HParams(),  # fedrr, nastya: one epoch
+             HParams(client_optimizer='adam', client_learning_rate=0.01,
+                     local_steps=2)):  # mfl, mime: an optimiser with statistics
+    try:
+      algorithm = registry.build(name, task.model_fn, hp)
+      break
+    except ValueError:
+      continue
+  assert algorithm is not None, f'no test hyperparameters for {name}'
+  process, stateful = algorithm.process, getattr(algorithm, 'stateful_clients', False)
+  if stateful and kind == 'two_workers':
+    pytest.xfail('known gap: with client states (feddyn, scaffold) the two-worker '
+                 'MergeableComp execution differs from one worker (up to 0.23); '
+                 'the trainer refuses --workers for them')
+  cpp_state, cpp_metrics = run_rounds(process, client_data, 2, stateful=stateful)
+  with backend(**({'backend': 'inprocess'} if kind == 'inprocess' else {'workers': 2})) as ctx:
+    state, metrics = run_rounds(process, client_data, 2, ctx.context, stateful=stateful)
+  assert_same(state, cpp_state)
+  assert_same(metrics, cpp_metrics)
+
+
+@pytest.mark.slow
+def test_trainer_backends_write_the_same_metrics(tmp_path):
+  base = [sys.executable, '-m', 'experiments.train', '--task=digits', '--model=logistic',
+          '--clients_per_round=5', '--client_batch_size=16', '--local_steps=3',
+          '--total_rounds=2', '--rounds_per_eval=2', '--noprogress',
+          f'--root_output_dir={tmp_path}']
+  env = dict(os.environ, PYTHONPATH=ROOT)
+  rows = {}
+  for name, extra in [('cpp', []), ('inprocess', ['--backend=inprocess']),
+                      ('two', ['--workers=2'])]:
+    res = subprocess.run(base + [f'--experiment_name={name}', *extra], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    from tff_algos import training
+    rows[name] = training.read_metrics(os.path.join(tmp_path, name, 'metrics.csv'))
+  bad = subprocess.run(base + ['--backend=inprocess', '--workers=2'], cwd=ROOT, env=env,
+                       capture_output=True, text=True, timeout=600)
+  assert bad.returncode != 0 and 'not --backend=inprocess' in bad.stderr + bad.stdout
+  for name in ('inprocess', 'two'):
+    assert len(rows[name]) == len(rows['cpp']) == 2
+    for a, b in zip(rows[name], rows['cpp']):
+      for key, value in b.items():
+        if isinstance(value, float) and 'time' not in key and 'seconds' not in key:
+          assert a[key] == pytest.approx(value, abs=1e-5), (name, key)
+
+
+def test_unreachable_worker_address_fails_clearly():
+  port = portpicker.pick_unused_port()
+  with pytest.raises(RuntimeError, match=f'no TFF worker answers at localhost:{port}'):
+    runtime.context._wait_ready(f'localhost:{port}', timeout_s=1.0)  # pylint: disable=protected-access

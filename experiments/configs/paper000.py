@@ -1,0 +1,262 @@
+"""Paper 000: Mills et al., "Faster Federated Learning with Decaying Number of
+Local SGD Steps" (ICLR 2021 submission, anonymous): §3 Fig. 1, §4 Figs. 2-4 and
+Table 1 (hyperparameters: App. B, Tables 4-5).
+
+Experiments:
+* `decaying_k_quadratic_fig1`: the 1-D quadratic toy of §3 (binary
+  `experiments.quadratic_toy`; Fig. 1 (a) and (b)).
+* `decaying_k_stackoverflow_table1`, `decaying_k_femnist_table1`,
+  `decaying_k_shakespeare_table1`: for each dataset the three K of Table 1 with
+  constant gamma/K (Figs. 2-4 (a)), decaying gamma (b) and decaying K (c), with
+  the per-scheme hyperparameters of Table 5; 4000 rounds, C = 1 % of the
+  clients per round, B = 32, 5 seeds, evaluated every 40 rounds. Table 1's
+  "Max Test Acc" is the highest test accuracy seen during training
+  (`max_accuracy`). `EXPERIMENTS` leaves out the constant-gamma/K runs (panels
+  (a), no published number) to keep the smoke suite short; `ALL_EXPERIMENTS`
+  (same names) has them.
+
+Not transcribed as published values (no measured quantity in the schema):
+Table 1's "Min Train Error" rows (lowest smoothed training loss) and its
+"Fraction SGD Steps Used" row (total client steps of decaying K over 4000
+rounds relative to constant K). The latter is deterministic and checks our
+reading of Table 5: sum_t ceil(K0 d_K^t) / (4000 K0) = 0.551 / 0.514 / 0.504
+for K0 = 10 / 33 / 100 at d_K = 0.9996 (paper: 0.55 / 0.51 / 0.50), 0.647 for
+K0 = 3 (0.65), and 0.260 for K0 = 33 at d_K = 0.999 (0.26; K0 = 100 would give
+0.250): so FEMNIST's third K is 33, as Table 1 says, not 100 as Table 5's row
+label says.
+
+Data differences (closest available, see each experiment's notes): the paper
+uses LEAF's FEMNIST / Shakespeare with 20 % of each user's samples held out;
+we use TFF's federated EMNIST-62 and Shakespeare with their own test splits.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from experiments.configs.base import Binary, Experiment, Published, Run, TrainerRuns
+
+PAPER = '000 Mills et al. 2021 (decaying K)'
+ROUNDS = 4000
+ROUNDS_PER_EVAL = 40      # "accuracy measured every 40 rounds"
+SEEDS = (0, 1, 2, 3, 4)   # "Each curve is an average over 5 trials"
+BATCH = 32                # App. B
+CLIENTS_PER_ROUND = 10    # C = 0.01 of 1000 training clients
+
+
+def _client_steps(k0: int, d_k: float = 1.0, rounds: int = ROUNDS) -> int:
+  """Client steps per client slot over `rounds`: sum_t ceil(K0 d_K^t)."""
+  return sum(max(1, math.ceil(k0 * d_k ** t)) for t in range(rounds))
+
+
+# ------------------------------------------------------------------ §3 Fig. 1
+
+QUADRATIC = Experiment(
+    name='decaying_k_quadratic_fig1',
+    paper=PAPER,
+    ref='§3, Fig. 1 (a), (b)',
+    description=(
+        'FedSGD on f(x; z) = z x^2 / 2 - x, client z on [1, 3] with density ~ z^-1/2, '
+        'M = 10, B = 1, gamma = 0.1, eta = 0.001, x_1 = 0.4, 10 runs averaged, 3000 rounds. '
+        '(a) constant K in {3, 10, 33} and decaying gamma (d_gamma = 0.995, K = 10); '
+        '(b) K_0 = 10 with d_K in {0.99, 0.995, 0.9995}.'),
+    runner=Binary(
+        module='experiments.quadratic_toy',
+        flags=dict(rounds=3000, seeds=10, server_learning_rate=0.001,
+                   client_learning_rate=0.1, clients_per_round=10,
+                   runs='const_k3,const_k10,const_k33,decay_gamma,decay_k_0.99,decay_k,'
+                        'decay_k_0.9995'),
+        smoke_flags=dict(rounds=20, seeds=2, runs='const_k10,decay_k')),
+    published=(
+        Published('x_star', 0.523, '§3 text ("x* ~ 0.523")',
+                  label='true minimiser x* (paper rounds to 3 decimals)'),
+        Published('final_x.decay_k', 0.523, '§3 text and Fig. 1 (b)', approximate=True,
+                  label='d_K = 0.995 "converges fastest to x*": final x ~ x* (our reading of '
+                        'the text; the figure is not in the text extraction)'),
+        Published('client_steps.decay_k', round(0.16 * 3000 * 10), '§3 text', approximate=True,
+                  label='client steps per slot, d_K = 0.995: "84% less total SGD steps" than '
+                        'constant K = 10 over 3000 rounds (16% of 30000; exact: '
+                        f'{_client_steps(10, 0.995, 3000)})'),
+    ),
+    expected_runtime='~80 min on 2 CPU cores (measured: 7 runs x 3000 rounds, 10 seeds in one '
+                     'vectorised model; the TFF round overhead dominates)',
+    notes=('The paper gives no per-run numbers beyond x* and the 84 % step saving; '
+           'final_x of the constant-K runs should approach the surrogate minimisers '
+           'x*(gamma, K) printed by the binary (0.53325 / 0.55703 / 0.57606), not x*.'),
+    data=None,
+)
+
+
+# --------------------------------------------------- §4 Figs. 2-4, Table 1
+
+def _runs(rows, uniform_weighting: bool = False, adam: bool = False):
+  """rows: K -> (constant (eta0, d_eta, gamma), decaying-gamma (eta0, d_eta,
+  gamma0, d_gamma), decaying-K (eta0, d_eta, gamma, d_K)); Table 5."""
+  runs = []
+  for k, (const, dec_g, dec_k) in rows.items():
+    def server(eta0, d_eta):
+      if adam:  # "Adam" in Table 5's d_eta column: FedAdam (App. B Alg. 3), no eta decay
+        return dict(server_optimizer='adam', server_learning_rate=eta0,
+                    server_beta_1=0.9, server_beta_2=0.999, server_epsilon=1e-8)
+      return dict(server_optimizer='sgd', server_learning_rate=eta0, server_lr_decay=d_eta)
+    common = dict(local_steps=k, uniform_weighting=uniform_weighting)
+    runs.append(Run(f'const_K{k}', 'fedavg', dict(
+        common, **server(const[0], const[1]), client_learning_rate=const[2])))
+    runs.append(Run(f'decay_gamma_K{k}', 'fedavg', dict(
+        common, **server(dec_g[0], dec_g[1]), client_learning_rate=dec_g[2],
+        client_lr_decay=dec_g[3])))
+    runs.append(Run(f'decay_K_K{k}', 'fedavg', dict(
+        common, **server(dec_k[0], dec_k[1]), client_learning_rate=dec_k[2],
+        local_steps_decay=dec_k[3])))
+  return tuple(runs)
+
+
+def _table1(values, metric='max_accuracy', what='Max Test Acc'):
+  """values: K -> (decaying gamma, decaying K) of Table 1's row `what`."""
+  out = []
+  for k, (g, dk) in values.items():
+    out.append(Published(f'decay_gamma_K{k}/{metric}', g, 'Table 1',
+                         label=f'decaying gamma, K={k}: {what}'))
+    out.append(Published(f'decay_K_K{k}/{metric}', dk, 'Table 1',
+                         label=f'decaying K, K0={k}: {what}'))
+  return tuple(out)
+
+
+def _runtime(ks, ms_per_step: float, decays) -> str:
+  steps = sum(CLIENTS_PER_ROUND * (_client_steps(k) * 2 + _client_steps(k, d))
+              for k, d in zip(ks, decays))
+  hours = steps * len(SEEDS) * ms_per_step / 3.6e6
+  return (f'~{hours:.0f} h on one GPU: {steps * len(SEEDS) / 1e6:.1f} M client steps '
+          f'(rounds x M x K_t over 9 runs x 5 seeds) at ~{ms_per_step:g} ms/step '
+          '(assumed, not measured)')
+
+
+# StackOverflow tag prediction: FedAdam (server Adam, eta_0 = 0.3 = its alpha,
+# beta = (.9, .999), eps = 1e-8, uniform mean of client updates, App. B Alg. 3).
+SO_ROWS = {
+    10: ((0.3, None, 1.0), (0.3, None, 1.0, 0.999), (0.3, None, 1.0, 0.9996)),
+    33: ((0.3, None, 1.0), (0.3, None, 1.0, 0.999), (0.3, None, 1.0, 0.9996)),
+    100: ((0.3, None, 1.0), (0.3, None, 1.0, 0.9996), (0.3, None, 1.0, 0.9996)),
+}
+STACKOVERFLOW = Experiment(
+    name='decaying_k_stackoverflow_table1',
+    paper=PAPER,
+    ref='Fig. 2 (a)-(c), Table 1 (StackOverflow), Table 5',
+    description=(
+        'StackOverflow tag prediction (1-vs-rest logistic regression, 10k-word bag of words '
+        '-> 500 tags, Recall@5) with FedAdam: constant gamma/K, decaying gamma and decaying K '
+        'for K in {10, 33, 100}; 1000 training clients, 10 per round, B = 32, 4000 rounds.'),
+    runner=TrainerRuns(
+        task='stackoverflow_tag',
+        task_flags=dict(model='logreg', num_clients=1000),
+        runs=_runs(SO_ROWS, uniform_weighting=True, adam=True),
+        common_flags=dict(client_batch_size=BATCH, max_eval_examples=10000),
+        total_rounds=ROUNDS, clients_per_round=CLIENTS_PER_ROUND, seeds=SEEDS,
+        rounds_per_eval=ROUNDS_PER_EVAL),
+    published=_table1({10: (0.37, 0.41), 33: (0.40, 0.46), 100: (0.44, 0.42)},
+                      what='Max Test Recall@5'),
+    expected_runtime=_runtime((10, 33, 100), 1.0, (0.9996, 0.9996, 0.9996)),
+    notes=(
+        'Published values are Recall@5 (tf.keras.metrics.Recall on the top-5 predictions), '
+        "stored under max_accuracy: the task's eval metric is recall_at_5, which the "
+        "runner's accuracy lookup (first eval metric containing 'accuracy') does not pick up "
+        'yet. Paper: max 250 (App. B) or 500 (§4.1) samples per client and a fixed 10,000-'
+        'sample test set; our task has no per-client cap, and --max_eval_examples=10000 '
+        'limits only the periodic evaluations (the final one uses the whole TFF test set). '
+        'num_clients=1000 picks 1000 TFF training clients at random (the paper does not say '
+        'how its 1000 were chosen). FedAdam with bias-corrected step (Alg. 3 line 11) as '
+        "tff's Adam; uniform client mean (Alg. 3 line 8). Table 1 'Min Train Error' (0.02 for "
+        "all six runs) and 'Fraction SGD Steps Used' (0.55, 0.51, 0.50) are not compared "
+        '(no such metric).'),
+    data='TFF stackoverflow.sqlite (tff.simulation.datasets.stackoverflow) in --cache_dir',
+)
+
+# FEMNIST: server SGD with decaying eta. The third K is 33 (Table 1; Table 5's
+# row says 100, but d_K = 0.999 gives Table 1's 0.26 step fraction only for 33).
+FEMNIST_ROWS = {
+    3: ((1.0, 0.9996, 0.3), (1.0, 0.9996, 0.3, 0.9996), (1.0, 0.9996, 0.3, 0.9996)),
+    10: ((1.0, 0.9996, 0.3), (1.0, 0.9996, 0.3, 0.9996), (1.0, 0.9996, 0.3, 0.9996)),
+    33: ((1.0, 0.9996, 0.3), (1.0, 0.9996, 0.3, 0.9996), (1.0, 0.9996, 0.3, 0.999)),
+}
+FEMNIST = Experiment(
+    name='decaying_k_femnist_table1',
+    paper=PAPER,
+    ref='Fig. 3 (a)-(c), Table 1 (FEMNIST), Table 5',
+    description=(
+        'FEMNIST (62 classes) with the CNN of App. B Table 2 and FedSGD (server SGD, '
+        'eta_t = eta_0 d_eta^t): constant gamma/K, decaying gamma and decaying K for K in '
+        '{3, 10, 33}; 1000 training clients, 10 per round, B = 32, 4000 rounds.'),
+    runner=TrainerRuns(
+        task='emnist_character',
+        task_flags=dict(model='femnist_cnn', num_clients=1000),
+        runs=_runs(FEMNIST_ROWS),
+        common_flags=dict(client_batch_size=BATCH),
+        total_rounds=ROUNDS, clients_per_round=CLIENTS_PER_ROUND, seeds=SEEDS,
+        rounds_per_eval=ROUNDS_PER_EVAL),
+    published=_table1({3: (0.91, 0.91), 10: (0.92, 0.92), 33: (0.91, 0.92)}),
+    expected_runtime=_runtime((3, 10, 33), 3.0, (0.9996, 0.9996, 0.999)),
+    notes=(
+        'K = 3, 10, 33 as Table 1 (Table 5 labels the third row K = 100; the step fraction '
+        '0.26 of Table 1 matches K0 = 33 with d_K = 0.999, see module docstring). Clients: '
+        '§4.1 says 1000 training clients chosen at random, App. B says 2000 users; we use '
+        '1000 (with C = 0.01: 10 per round). Paper data: LEAF FEMNIST (App. B says 32x32 '
+        "images; LEAF's are 28x28), 20 % of each user's samples as test set; ours: TFF "
+        'emnist_all (28x28) and its test split. App. B Table 2 lists a 64-way softmax '
+        "output; femnist_cnn has 62 (the number of classes). Table 1 'Min Train Error' (decaying gamma 0.22, 0.11, 0.05; decaying K "
+        "0.23, 0.16, 0.14) and 'Fraction SGD Steps Used' (0.65, 0.55, 0.26) are not compared "
+        '(no such metric).'),
+    data='TFF emnist_all.sqlite (tff.simulation.datasets.emnist) in --cache_dir',
+)
+
+SHAKESPEARE_ROWS = {
+    10: ((1.0, 0.9996, 1.0), (1.0, 0.9996, 1.0, 0.9996), (1.0, 0.9996, 1.0, 0.9996)),
+    33: ((1.0, 0.999, 1.0), (1.0, 0.999, 1.0, 0.999), (1.0, 0.999, 1.0, 0.9996)),
+    100: ((1.0, 0.996, 1.0), (1.0, 0.996, 1.0, 0.996), (1.0, 0.996, 1.0, 0.9996)),
+}
+SHAKESPEARE = Experiment(
+    name='decaying_k_shakespeare_table1',
+    paper=PAPER,
+    ref='Fig. 4 (a)-(c), Table 1 (Shakespeare), Table 5',
+    description=(
+        'Shakespeare next-character prediction with the 2 x GRU-256 model of App. B Table 3 '
+        'and FedSGD (server SGD, decaying eta): constant gamma/K, decaying gamma and decaying '
+        'K for K in {10, 33, 100}; 10 clients per round, B = 32, 4000 rounds.'),
+    runner=TrainerRuns(
+        task='shakespeare_character',
+        task_flags=dict(model='gru'),
+        runs=_runs(SHAKESPEARE_ROWS),
+        common_flags=dict(client_batch_size=BATCH),
+        total_rounds=ROUNDS, clients_per_round=CLIENTS_PER_ROUND, seeds=SEEDS,
+        rounds_per_eval=ROUNDS_PER_EVAL),
+    published=_table1({10: (0.55, 0.54), 33: (0.57, 0.56), 100: (0.57, 0.58)}),
+    expected_runtime=_runtime((10, 33, 100), 5.0, (0.9996, 0.9996, 0.9996)),
+    notes=(
+        "Paper: LEAF Shakespeare, the 1000 roles with most samples, last 20 % of each role's "
+        'lines as test set, 77-character vocabulary; ours: TFF shakespeare (715 roles, all '
+        'used, its own test split, 90-token vocabulary), 10 clients per round (the paper\'s '
+        "C = 0.01 of 1000). Table 1 'Min Train Error' (decaying gamma 1.33, 1.12, 0.87; "
+        "decaying K 1.44, 1.23, 0.84) and 'Fraction SGD Steps Used' (0.55, 0.51, 0.50) are "
+        'not compared (no such metric).'),
+    data='TFF shakespeare.sqlite (tff.simulation.datasets.shakespeare) in --cache_dir',
+)
+
+
+
+def _decaying_only(exp: Experiment) -> Experiment:
+  """`exp` without its constant-gamma/K runs (panels (a), no published number)."""
+  runner = dataclasses.replace(exp.runner, runs=tuple(
+      r for r in exp.runner.runs if not r.label.startswith('const_')))
+  return dataclasses.replace(
+      exp, runner=runner, ref=exp.ref.replace('(a)-(c)', '(b), (c)'),
+      description=exp.description.replace(
+          'constant gamma/K, decaying gamma and decaying K', 'decaying gamma and decaying K'),
+      notes=exp.notes + ' The constant-gamma/K runs of panels (a) are in ALL_EXPERIMENTS '
+                        '(left out here to keep the smoke suite short).')
+
+
+# The complete transcription (constant, decaying gamma and decaying K runs).
+ALL_EXPERIMENTS: tuple[Experiment, ...] = (QUADRATIC, STACKOVERFLOW, FEMNIST, SHAKESPEARE)
+# What the runner lists: the runs with published numbers (Table 1).
+EXPERIMENTS: tuple[Experiment, ...] = (QUADRATIC,) + tuple(
+    _decaying_only(e) for e in ALL_EXPERIMENTS[1:])

@@ -1,0 +1,221 @@
+"""The reproduction harness: configs, plans, measured quantities, report."""
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from experiments import reproduce
+from experiments.configs import base
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _toy(published=()):
+  return base.Experiment(
+      name='fedopt_baselines_toy', paper='test', ref='Table 0', description='toy',
+      runner=base.TrainerRuns(
+          task='emnist_character', task_flags=dict(model='cnn'),
+          runs=(base.Run('fedavg', 'fedavg', dict(local_steps=20, client_learning_rate=0.1)),
+                base.Run('fedsgd', 'fedsgd', dict(server_learning_rate=0.5))),
+          common_flags=dict(client_batch_size=16),
+          total_rounds=1500, clients_per_round=10, seeds=(0, 1, 2),
+          smoke_rounds=2, smoke_clients_per_round=3),
+      published=published)
+
+
+def test_experiment_names_are_prefixed_by_paper():
+  with pytest.raises(ValueError, match='must start with'):
+    base.Experiment(name='toy', paper='', ref='', description='',
+                    runner=base.Binary('experiments.nastya', {}, {}))
+  with pytest.raises(ValueError, match='duplicate run labels'):
+    base.Experiment(name='feddyn_x', paper='', ref='', description='',
+                    runner=base.TrainerRuns('digits', (base.Run('a', 'fedavg'),
+                                                       base.Run('a', 'fedsgd')), 5, 2))
+
+
+def test_plans_full_and_smoke():
+  exp = _toy()
+  full = reproduce.trainer_plans(exp, 'full')
+  assert len(full) == 6 and {p.seed for p in full} == {0, 1, 2}
+  f = full[0].flags
+  assert (f['task'], f['model'], f['total_rounds'], f['clients_per_round'],
+          f['local_steps'], f['client_batch_size']) == ('emnist_character', 'cnn', 1500,
+                                                         10, 20, 16)
+  smoke = reproduce.trainer_plans(exp, 'smoke')
+  assert [p.name for p in smoke] == ['fedavg_seed0', 'fedsgd_seed0']
+  s = smoke[0].flags
+  assert s['task'] == 'digits' and 'model' not in s
+  assert (s['total_rounds'], s['clients_per_round'], s['local_steps'],
+          s['rounds_per_eval']) == (2, 3, reproduce.SMOKE_MAX_LOCAL_STEPS, 1)
+  assert smoke[1].flags['algorithm'] == 'fedsgd'
+  cmd = full[0].command('out')
+  assert cmd.startswith('python -m experiments.train ') and '--local_steps=20' in cmd
+  bad = base.Experiment(name='feddyn_bad', paper='', ref='', description='',
+                        runner=base.TrainerRuns('digits', (base.Run('a', 'fedavg', {'seed': 3}),),
+                                                5, 2))
+  with pytest.raises(ValueError, match='set by the runner'):
+    reproduce.trainer_plans(bad, 'full')
+
+
+def test_plans_go_through_trainer_validation():
+  exp = _toy()
+  for plan in reproduce.trainer_plans(exp, 'smoke'):
+    reproduce.validate_plan(plan)
+  wrong = base.Experiment(name='feddyn_wrong', paper='', ref='', description='',
+                          runner=base.TrainerRuns(
+                              'digits', (base.Run('a', 'fedavg', {'local_stepz': 3}),), 5, 2))
+  with pytest.raises(ValueError, match='not trainer flags: local_stepz'):
+    reproduce.validate_plan(reproduce.trainer_plans(wrong, 'full')[0])
+  negative = base.Experiment(name='feddyn_neg', paper='', ref='', description='',
+                             runner=base.TrainerRuns(
+                                 'digits', (base.Run('a', 'fedavg', {'local_steps': 0}),), 5, 2))
+  with pytest.raises(ValueError, match='a_seed0'):
+    reproduce.validate_plan(reproduce.trainer_plans(negative, 'full')[0])
+
+
+def _rows():
+  acc = [0.1, 0.5, 0.7, 0.65, 0.8]
+  return [{'round': i + 1, 'eval/sparse_categorical_accuracy': a, 'eval/loss': 1 - a,
+           'download_bytes': 2000.0, 'upload_bytes': 1000.0, 'client_flops': 5.0}
+          for i, a in enumerate(acc)]
+
+
+def test_run_metrics_from_rows():
+  rows = _rows()
+  summary = dict(model_bytes=100, download_bytes_per_client=200, clients_per_round=10)
+  m = lambda name: reproduce.run_metric(rows, summary, name)
+  assert m('final_accuracy') == 0.8 and m('max_accuracy') == 0.8
+  assert m('mean_accuracy_last2') == pytest.approx((0.65 + 0.8) / 2)
+  assert m('final_loss') == pytest.approx(0.2)
+  assert m('rounds_to0.7') == 3.0 and m('rounds_to0.9') is None
+  # 3 rounds x 2000 bytes / (100 bytes x 10 clients) = 6 models: 2 per round
+  # (a SCAFFOLD-like download of model + control variate).
+  assert m('models_to0.7') == pytest.approx(6.0)
+  assert m('upload_gb_to0.5') == pytest.approx(2000 / 1e9)
+  assert m('flops_to0.5') == 10.0
+  with pytest.raises(ValueError, match='unknown metric'):
+    m('best_thing')
+
+
+def test_table_marks_scale_and_missing():
+  pubs = (base.Published('fedavg/final_accuracy', 0.849, 'Table 2', 'FedAvg'),
+          base.Published('fedsgd/final_accuracy', 0.5, 'Fig. 1', approximate=True))
+  exp = _toy(pubs)
+  not_run = reproduce.experiment_table(exp, {})
+  assert not_run.count('not run') == 2
+  smoke = {'smoke': dict(measured={'fedavg/final_accuracy': 0.5}, rounds={'a': 2})}
+  table = reproduce.experiment_table(exp, smoke)
+  assert 'smoke only (not comparable)' in table and '-0.349' in table
+  assert '(≈, from figure)' in table
+  full = {'full': dict(measured={'fedavg/final_accuracy': 0.85}, rounds={'a': 1500}),
+          **smoke}
+  assert 'smoke only' not in reproduce.experiment_table(exp, full).split('\n')[2]
+  assert '1500' in reproduce.experiment_table(exp, full)
+
+
+def test_smoke_run_writes_result_table_plot(tmp_path):
+  pubs = (base.Published('fedavg/final_accuracy', 0.849, 'Table 2'),
+          base.Published('fedsgd/max_accuracy', 0.5, 'Table 2'))
+  exp = _toy(pubs)
+  result = reproduce.run_experiment(exp, 'smoke', str(tmp_path), manage_runtime=False)
+  out = tmp_path / 'smoke' / exp.name
+  saved = json.loads((out / 'result.json').read_text())
+  for key in ('fedavg/final_accuracy', 'fedsgd/max_accuracy'):
+    assert 0.0 <= saved['measured'][key] <= 1.0
+  assert saved['rounds'] == {'fedavg_seed0': 2, 'fedsgd_seed0': 2}
+  assert (out / 'plot.png').stat().st_size > 1000
+  assert 'Table 2' in (out / 'table.md').read_text()
+  # The trainer wrote an ordinary, resumable run directory.
+  rows = (out / 'runs' / 'fedavg_seed0' / 'metrics.csv').read_text().splitlines()
+  assert len(rows) == 3
+  report = reproduce.full_report(str(tmp_path), {exp.name: exp})
+  assert 'smoke only' in report and '0 of 1 experiments run at full scale' in report
+  assert result['measured'] == saved['measured']
+
+
+def test_binary_argv_and_lookup(tmp_path):
+  exp = base.Experiment(name='decaying_k_toy', paper='', ref='', description='',
+                        runner=base.Binary('experiments.quadratic_toy', {'rounds': 3000},
+                                           {'rounds': 5, 'runs': ['const_k10', 'decay_k']}))
+  argv = reproduce.binary_argv(exp, 'smoke', 'out')
+  assert argv[1:3] == ['-m', 'experiments.quadratic_toy']
+  assert '--rounds=5' in argv and '--runs=const_k10,decay_k' in argv
+  assert '--output_dir=out' in argv and '--progress=false' in argv
+  assert reproduce.lookup({'final_x': {'decay_k': 0.5}}, 'final_x.decay_k') == 0.5
+  assert reproduce.lookup({'final_x': {}}, 'final_x.decay_k') is None
+
+
+# ---------------------------------------------------------------------------
+# The shipped configs.
+
+def _binary_flags(module: str) -> set[str]:
+  src = open(os.path.join(ROOT, *module.split('.')) + '.py').read()
+  return set(re.findall(r"DEFINE_\w+\(\s*'(\w+)'", src))
+
+
+def test_every_config_is_valid():
+  from experiments import configs
+  from tff_algos import registry
+  experiments = configs.all_experiments()
+  assert len(experiments) >= 10
+  prefixes = {n.split('_')[0] for n in experiments}
+  assert {'decaying', 'nastya', 'local', 'feddyn', 'fedgbo', 'fedopt'} <= prefixes
+  for name, exp in experiments.items():
+    # Figure-only results (papers 001, 002: curves, no printed numbers) explain
+    # themselves in notes; the report lists them apart.
+    assert exp.published or len(exp.notes) > 40, f'{name}: no published numbers, no notes'
+    if isinstance(exp.runner, base.Binary):
+      known = _binary_flags(exp.runner.module)
+      for values in (exp.runner.flags, exp.runner.smoke_flags):
+        assert set(values) <= known, (name, set(values) - known)
+      continue
+    labels = {r.label for r in exp.runner.runs}
+    for run in exp.runner.runs:
+      assert run.algorithm in registry.ALGORITHMS, (name, run.algorithm)
+    for pub in exp.published:
+      label, _, metric = pub.key.partition('/')
+      assert label in labels, (name, pub.key)
+      reproduce.run_metric(_rows(), {}, metric)  # raises for an unknown metric
+    for scale in ('smoke', 'full'):
+      for plan in reproduce.trainer_plans(exp, scale):
+        reproduce.validate_plan(plan)
+
+
+def test_list_prints_every_experiment():
+  from experiments import configs
+  proc = subprocess.run([sys.executable, '-m', 'experiments.reproduce', '--list'],
+                        capture_output=True, text=True, cwd=ROOT,
+                        env=dict(os.environ, PYTHONPATH=ROOT), timeout=300)
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  listed = [l.split()[0] for l in proc.stdout.splitlines() if l.strip()]
+  assert listed == list(configs.all_experiments())
+
+
+def _all_names():
+  try:
+    from experiments import configs
+    return list(configs.all_experiments())
+  except Exception:  # reported by test_every_config_is_valid
+    return []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('name', _all_names())
+def test_every_experiment_runs_at_smoke_scale(name, tmp_path):
+  from experiments import configs
+  exp = configs.get(name)
+  result = reproduce.run_experiment(exp, 'smoke', str(tmp_path), manage_runtime=False)
+  out = tmp_path / 'smoke' / name
+  assert (out / 'table.md').exists() and (out / 'result.json').exists()
+  assert result['plot'] and os.path.getsize(result['plot']) > 1000
+  for key, value in result['measured'].items():
+    metric = key.partition('/')[2] if isinstance(exp.runner, base.TrainerRuns) else key
+    if isinstance(exp.runner, base.Binary) or not metric.split('_to')[0] in (
+        'rounds', 'models', 'upload_gb', 'flops'):
+      # Anything but "cost to reach a target" must be measurable in a smoke run.
+      assert value is not None and np.isfinite(value), (name, key)

@@ -200,7 +200,7 @@ def main(argv):
   from tff_algos import metrics_tables, runtime, training
   root = os.path.join(FLAGS.root_output_dir, FLAGS.name or f'paper003_{FLAGS.task}')
   results, curves = [], {}
-  with runtime.managed_context():
+  with runtime.managed_context(backend=FLAGS.backend, workers=FLAGS.workers):
     for (label, values), seed in itertools.product(grid, seeds):
       _set(dict(values, seed=seed, algorithm=algorithms[0], clients_per_round=1))
       options, _, _ = trainer_flags.validate(grid=True)

@@ -179,7 +179,7 @@ def main(argv):
   results = collections.defaultdict(dict)   # (task, K) -> algorithm -> rows
   optimisers = {}
   tasks_cache = {}
-  with runtime.managed_context():
+  with runtime.managed_context(backend=FLAGS.backend, workers=FLAGS.workers):
     for i, (preset, k, name) in enumerate(combos):
       _apply(base_values, _settings(preset, k, name, overrides, explicit))
       options, hp, _ = trainer_flags.validate(grid=True)

@@ -95,7 +95,8 @@ def cost_to_reach(rows: Sequence[dict], target: float,
   for row in rows:
     for c in costs:
       value = row.get(c, 0.0)
-      totals[c] += value if isinstance(value, (int, float)) and math.isfinite(value) else 0.0
+      # A missing column counts 0; a NaN (unmeasured) cost keeps the total NaN.
+      totals[c] += value if isinstance(value, (int, float)) else 0.0
     value = row.get(metric)
     if isinstance(value, (int, float)) and value >= target:
       return dict(reached=True, round=int(row['round']), **totals)

@@ -61,7 +61,7 @@ BINARY_OUTPUT_FLAG = {'experiments.local_update_decay': 'root_output_dir'}
 SMOKE_MAX_LOCAL_STEPS = 5
 # Trainer flags given on reproduce's own command line that apply to every run
 # (where the data lives, where results go, progress bars).
-PASSED_THROUGH = ('cache_dir', 'root_output_dir', 'progress')
+PASSED_THROUGH = ('cache_dir', 'root_output_dir', 'progress', 'backend', 'workers')
 _USER_VALUES: dict[str, Any] = {}
 
 
@@ -312,7 +312,9 @@ def _run_trainer(exp, scale, out_dir, progress, manage_runtime):
   for plan in plans:  # every run's flags before any work
     validate_plan(plan)
   runs = []
-  with runtime.managed_context() if manage_runtime else contextlib.nullcontext():
+  context = runtime.managed_context(backend=FLAGS.backend, workers=FLAGS.workers) \
+      if manage_runtime else contextlib.nullcontext()
+  with context:
     for plan in plans:
       options, hp, _ = validate_plan(plan)
       run_dir = os.path.join(out_dir, 'runs', plan.name)

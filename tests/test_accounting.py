@@ -132,9 +132,13 @@ def test_cost_columns_accumulate_and_continue_across_a_resume(task, tmp_path):
 
   full = training.run_training(algorithm, task, config(str(tmp_path / 'full'), 5))
   cost = accounting.model_cost(task.model_fn)
-  for row in full.history:
+  for i, row in enumerate(full.history):
     examples = row['client_work/train/num_examples']
-    assert examples == 4 * 3 * 16 or examples < 4 * 3 * 16   # small clients: short batches
+    # K = 3 batches per sampled client (its dataset repeated as needed).
+    cohort = training.sample_clients(task.client_ids, 4, 0, i)
+    expected = sum(sum(int(tf.shape(tf.nest.flatten(b)[0])[0]) for b in
+                       task.client_dataset(c).repeat().take(3)) for c in cohort)
+    assert examples == expected
     assert row['client_flops'] == pytest.approx(
         cost.fwd_bwd_flops_per_example * examples + 2 * n * row['client_work/client_steps'])
   rows = full.history

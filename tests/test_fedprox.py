@@ -82,6 +82,8 @@ def test_fedprox_mu_0_is_fedavg_and_traffic_is_fedavgs():
   prox = fedprox.build_fedprox(p.model_fn, fedprox.FedProxConfig(mu=0.0, fedopt=config))
   avg = fedopt.build_fedopt(p.model_fn, config)
   assert prox.traffic == avg.traffic
+  # Paper 004 eq. (22): FedProx costs 5 operations per parameter and step, SGD 2.
+  assert (prox.compute.optimizer_flops_per_param, avg.compute.optimizer_flops_per_param) == (5, 2)
   np.testing.assert_allclose(run(prox.process, p, 2), run(avg.process, p, 2), rtol=0,
                              atol=1e-6)
 

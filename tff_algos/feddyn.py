@@ -43,6 +43,7 @@ from typing import Callable, Optional
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_algos.core import accounting
 from tff_algos.core import client_work as client_work_lib
 from tff_algos.core import local_training
 from tff_algos.core import schedules
@@ -210,8 +211,11 @@ def build_feddyn(model_fn: Callable[[], tff.learning.models.VariableModel],
   process, traffic = stateful_process.build_stateful_process(
       model_fn, config.client_schedule(), _fns(config),
       needs_mean_examples=config.adaptive_alpha)
+  # Per parameter and step: SGD's 2 plus the gradient correction
+  # - g_k + alpha (theta - theta_srv): 4 more (paper 004 App. B's counting).
   return FederatedAlgorithm(name=name, process=process, traffic=traffic,
-                            stateful_clients=True)
+                            stateful_clients=True,
+                            compute=accounting.ComputeModel(optimizer_flops_per_param=6.0))
 
 
 # Trainer integration: flag values (HParams) -> config, in one place.

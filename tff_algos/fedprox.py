@@ -28,6 +28,7 @@ from typing import Callable
 import tensorflow_federated as tff
 
 from tff_algos import fedopt
+from tff_algos.core import accounting
 from tff_algos.core import client_work as client_work_lib
 from tff_algos.core.algorithm import FederatedAlgorithm
 from tff_algos.hparams import AlgorithmSpec, HParams
@@ -63,7 +64,11 @@ def build_fedprox(model_fn: Callable[[], tff.learning.models.VariableModel],
       client_weighting=(tff.learning.ClientWeighting.UNIFORM if opt.uniform_weighting
                         else tff.learning.ClientWeighting.NUM_EXAMPLES),
       correction=proximal_correction(float(config.mu)))
-  return fedopt.compose(name, model_fn, work, opt.server_optimizer.build())
+  algorithm = fedopt.compose(name, model_fn, work, opt.server_optimizer.build())
+  # Paper 004 App. B, eq. (22): 5 operations per parameter and step with the
+  # proximal term (plain SGD: 2).
+  return dataclasses.replace(
+      algorithm, compute=accounting.ComputeModel(optimizer_flops_per_param=5.0))
 
 
 # Trainer integration: flag values (HParams) -> config, in one place.

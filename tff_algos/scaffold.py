@@ -28,6 +28,7 @@ from typing import Callable, Optional
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_algos.core import accounting
 from tff_algos.core import client_work as client_work_lib
 from tff_algos.core import local_training
 from tff_algos.core import schedules
@@ -143,8 +144,11 @@ def build_scaffold(model_fn: Callable[[], tff.learning.models.VariableModel],
                    name: str = 'scaffold') -> FederatedAlgorithm:
   process, traffic = stateful_process.build_stateful_process(
       model_fn, config.client_schedule(), _fns(config))
+  # Per parameter and step: SGD's 2 plus the correction - c_i + c: 2 more
+  # (paper 004 App. B's counting).
   return FederatedAlgorithm(name=name, process=process, traffic=traffic,
-                            stateful_clients=True)
+                            stateful_clients=True,
+                            compute=accounting.ComputeModel(optimizer_flops_per_param=4.0))
 
 
 # Trainer integration: flag values (HParams) -> config, in one place.

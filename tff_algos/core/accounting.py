@@ -285,7 +285,9 @@ class CumulativeCost:
   def _add(self, row):
     for col, cum in CUMULATIVE_COLUMNS:
       value = row.get(col)
-      if isinstance(value, (int, float)) and math.isfinite(value):
+      if isinstance(value, (int, float)):
+        # A NaN cost (FLOPs that could not be measured) makes the total NaN:
+        # an unknown cost must not read as 0 in "cost to reach" tables.
         self.totals[cum] += value
 
   def update(self, row: dict) -> None:

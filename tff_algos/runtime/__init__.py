@@ -1,5 +1,5 @@
 """Execution contexts and their lifecycle."""
 
-from tff_algos.runtime.context import (BACKENDS, ManagedContext, check_backend, install,
+from tff_algos.runtime.context import (BACKENDS, ManagedContext, active, check_backend, install,
                                       managed_context, parse_workers, prepare,
                                       shutdown)

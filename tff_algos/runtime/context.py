@@ -312,6 +312,11 @@ def install(max_concurrent_computation_calls: int = -1, backend: str = 'cpp',
   return ctx
 
 
+def active() -> Optional[ManagedContext]:
+  """The installed managed context, if any."""
+  return _active
+
+
 def shutdown():
   """Stops the managed workers (a later `install()` starts fresh ones)."""
   _shutdown()

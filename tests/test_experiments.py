@@ -12,8 +12,9 @@ from tff_algos.core import schedules
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def run_module(module, *args, timeout=900):  # noqa: D103
-  res = subprocess.run([sys.executable, '-m', module, *args, '--noprogress'], cwd=ROOT,
+def run_module(module, *args, timeout=900, progress_flag=True):  # noqa: D103
+  extra = ['--noprogress'] if progress_flag else []  # the benchmark draws no bars
+  res = subprocess.run([sys.executable, '-m', module, *args, *extra], cwd=ROOT,
                        env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True,
                        text=True, timeout=timeout)
   assert res.returncode == 0, res.stderr[-3000:]
@@ -48,7 +49,7 @@ def test_local_update_decay_figure_pipeline(tmp_path):
 
 @pytest.mark.slow
 def test_benchmark_prints_the_ratio_json():
-  _, js = run_module('experiments.benchmark', '--quick')
+  _, js = run_module('experiments.benchmark', '--quick', progress_flag=False)
   assert set(js) >= {'overhead_vs_pure_tf', 'ratio_vs_tff_builtin', 'per_algorithm',
                      'scaling', 'fixed_ms_per_round'}
   assert set(js['scaling']) == {'10', '20', '40'}

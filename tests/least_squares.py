@@ -92,3 +92,24 @@ class Problem:
   def weights(self, w):
     return tff.learning.models.ModelWeights(trainable=[np.asarray(w, np.float32)],
                                             non_trainable=[])
+
+
+def run_stateful(process, problem, cohorts, theta0, population=None, batch_size=None):
+  """Runs `cohorts` (lists of client indices) of a stateful-client process,
+  keeping the client states in a dict; returns (server state, client states)."""
+  from tff_algos.core.stateful_process import Population
+  state = process.initialize(population or Population(problem.num_clients))
+  state = process.set_model_weights(state, problem.weights(theta0))
+  initial = process.initial_client_state(state)
+  states = {k: initial for k in range(problem.num_clients)}
+  for cohort in cohorts:
+    out = process.next(state, problem.datasets(cohort, batch_size),
+                       [states[k] for k in cohort])
+    state = out.state
+    states.update(zip(cohort, out.client_states))
+  return state, states
+
+
+def model(process, state):
+  return np.asarray(process.get_model_weights(state).trainable[0], np.float64)
+

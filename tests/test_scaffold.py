@@ -3,28 +3,10 @@
 import numpy as np
 import pytest
 
-from least_squares import Problem
+from least_squares import Problem, model, run_stateful
 from tff_algos import registry
 from tff_algos import scaffold
-from tff_algos.core.stateful_process import Population
 from tff_algos.hparams import HParams
-
-
-def run_stateful(process, problem, cohorts, x0, population=None, batch_size=None):
-  state = process.initialize(population or Population(problem.num_clients))
-  state = process.set_model_weights(state, problem.weights(x0))
-  initial = process.initial_client_state(state)
-  states = {k: initial for k in range(problem.num_clients)}
-  for cohort in cohorts:
-    out = process.next(state, problem.datasets(cohort, batch_size),
-                       [states[k] for k in cohort])
-    state = out.state
-    states.update(zip(cohort, out.client_states))
-  return state, states
-
-
-def model(process, state):
-  return np.asarray(process.get_model_weights(state).trainable[0], np.float64)
 
 
 def test_scaffold_reaches_the_optimum():

@@ -94,8 +94,8 @@ def mean_gradient(model: tff.learning.models.VariableModel, weights,
     grads = tape.gradient(output.loss, trainable)
     return tuple(t + g * tf.cast(n, g.dtype) for t, g in zip(total, grads)), count + n
 
-  total, count = dataset.reduce(
-      (tuple(tf.zeros_like(v) for v in trainable), tf.constant(0, tf.int64)), add)
+  total, count = local_training.fold(
+      dataset, (tuple(tf.zeros_like(v) for v in trainable), tf.constant(0, tf.int64)), add)
   model.reset_metrics()
   mean = [tf.math.divide_no_nan(t, tf.cast(count, t.dtype)) for t in total]
   return tf.nest.pack_sequence_as(weights.trainable, mean)

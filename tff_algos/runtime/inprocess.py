@@ -20,7 +20,14 @@ building-block tree that the C++ worker receives, and interprets it:
   at SERVER single values; datasets are passed as their variant tensors;
 * intrinsics are interpreted as in TFF's C++ `FederatingExecutor`; in
   particular `federated_aggregate` folds `accumulate` over the clients in
-  order, then applies `report` (no `merge`).
+  order, then applies `report` (no `merge`);
+* a `federated_map` of a TensorFlow computation, and an aggregation's
+  `accumulate` fold, run up to 16 clients in ONE TensorFlow call (a traced
+  function calling the computation once per client, in order): per-call
+  dispatch, not TensorFlow work, was most of a round on small models.
+
+Where the time of a round goes, and what each of these choices bought, is in
+docs/performance.md.
 
 Supported intrinsics: the ones the native compiler leaves in our learning
 processes (map, apply, broadcast, zip, aggregate, value, eval) and sum/mean/
@@ -71,7 +78,16 @@ class _Fed:
 
 
 class _TensorFlowFunction:
-  """A TFF TensorFlow computation imported into this process's TensorFlow."""
+  """A TFF TensorFlow computation imported into this process's TensorFlow.
+
+  `__call__` runs it once. `map` (federated_map over clients) and `fold`
+  (federated_aggregate's accumulate) run it on many arguments in one
+  TensorFlow call per chunk of up to `_MAX_CHUNK` clients: one call per client
+  cost ~0.3 ms of dispatch each, most of a round when models are small.
+  Calls within a chunk run one after the other (each after the previous call
+  and its own initialisation have finished), as they share the imported
+  graph's variables.
+  """
 
   def __init__(self, proto: pb.Computation, type_signature: computation_types.FunctionType):
     tf_proto = proto.tensorflow
@@ -98,14 +114,24 @@ class _TensorFlowFunction:
       if token.consumers():
         feeds.append(token)
         self._token = tf.constant('inprocess')
+    self._signature = [tf.TensorSpec(t.shape, t.dtype) for t in feeds]
     result_names = tensorflow_utils.extract_tensor_names_from_binding(tf_proto.result)
-    self._fn = wrapped.prune(feeds, [graph.as_graph_element(n) for n in result_names])
-    self._init = None
+    self._pruned = _strict(wrapped.prune(
+        feeds, [graph.as_graph_element(n) for n in result_names]), self._signature)
+    self._num_outputs = len(result_names)
+    self._pruned_init = None
     if tf_proto.initialize_op:
       init_op = graph.as_graph_element(tf_proto.initialize_op)
-      self._init = wrapped.prune(feeds[len(param_names):], [init_op])
+      with graph.as_default(), tf.control_dependencies([init_op]):
+        done = tf.constant(True)  # a tensor to order the call after
+      self._pruned_init = _strict(wrapped.prune(feeds[len(param_names):], [init_op, done]),
+                                  self._signature[len(param_names):])
+    self._chunks: dict = {}
+    self._fn = self._chunk('map', 1)
 
-  def __call__(self, arg=None):
+  # -- arguments and results
+
+  def _flat(self, arg) -> list:
     flat = []
     if self._parameter_type is not None:
       _flatten(arg, self._parameter_type, flat)
@@ -113,10 +139,125 @@ class _TensorFlowFunction:
               for v, d in zip(flat, self._dtypes)]
     if self._token is not None:
       flat.append(self._token)
-    if self._init is not None:
-      self._init(*flat[len(self._dtypes):])
-    outputs = self._fn(*flat)
+    return flat
+
+  def _result(self, outputs):
     return _assemble(iter(outputs), self._result_type)
+
+  # -- one chunk of calls, traced once per (kind, size, devices)
+
+  def _call_in_graph(self, flat, deps):
+    """Traces init (if any) then the computation, after the ops `deps`.
+
+    Returns its outputs and the op a later call must wait for (the call itself:
+    `_strict` calls finish only when all their side effects have).
+    """
+    with tf.control_dependencies(deps):
+      if self._pruned_init is not None:
+        done = self._pruned_init(*flat[len(self._dtypes):])[-1]
+        deps = [done.op]
+    with tf.control_dependencies(deps):
+      outputs = list(self._pruned(*flat))
+    return outputs, [outputs[0].op] if outputs else deps
+
+  def _chunk(self, kind: str, size: int, devices: tuple = ()):
+    key = (kind, size, devices)
+    fn = self._chunks.get(key)
+    if fn is not None:
+      return fn
+    n_in, n_out = len(self._signature), self._num_outputs
+
+    if kind == 'map':
+      def body(*args):
+        outputs, last = [], {}
+        for k in range(size):
+          device = devices[k % len(devices)] if devices else None
+          with tf.device(device):  # calls on one device run in order
+            out, last[device] = self._call_in_graph(args[k * n_in:(k + 1) * n_in],
+                                                    last.get(device, []))
+          outputs.extend(out)
+        return outputs
+      signature = self._signature * size
+    else:  # fold: acc <- f(acc, v_k), the accumulator being the first argument
+      n_acc = n_out
+      def body(*args):
+        acc, values = list(args[:n_acc]), args[n_acc:]
+        n_v = n_in - n_acc
+        deps = []
+        for k in range(size):
+          acc, deps = self._call_in_graph(acc + list(values[k * n_v:(k + 1) * n_v]), deps)
+        return acc
+      signature = self._signature[:n_out] + self._signature[n_out:] * size
+    concrete = tf.function(body, autograph=False).get_concrete_function(*signature)
+    captured = concrete.captured_inputs
+
+    def fn(*flat):
+      # Flat tensors in signature order: skip the structured-signature binding
+      # of `ConcreteFunction.__call__` (~0.2 ms a call, all of a tiny call).
+      return concrete._call_flat(list(flat), captured)  # pylint: disable=protected-access
+
+    self._chunks[key] = fn
+    return fn
+
+  def __call__(self, arg=None):
+    return self._result(self._fn(*self._flat(arg)))
+
+  def map(self, args: list, devices: tuple = ()) -> list:
+    """[self(a) for a in args], in order, in few TensorFlow calls."""
+    flats = [self._flat(a) for a in args]
+    results, n_out = [], self._num_outputs
+    for start, size in _chunks(len(flats)):
+      outputs = self._chunk('map', size, devices)(
+          *[t for flat in flats[start:start + size] for t in flat])
+      results.extend(self._result(outputs[k * n_out:(k + 1) * n_out]) for k in range(size))
+    return results
+
+  def fold(self, acc, values: list):
+    """acc <- self(<acc, v>) for v in values, in order (federated_aggregate)."""
+    acc_type = self._parameter_type[0]
+    flat_acc = []
+    _flatten(acc, acc_type, flat_acc)
+    n_acc = len(flat_acc)
+    if n_acc != self._num_outputs or self._token is not None:
+      for v in values:  # not a plain accumulator: one call each
+        acc = self(structure.Struct([(None, acc), (None, v)]))
+      return acc
+    flat_acc = [t if isinstance(t, tf.Tensor) else tf.convert_to_tensor(t, dtype=d)
+                for t, d in zip(flat_acc, self._dtypes)]
+    flats = [self._flat(structure.Struct([(None, acc), (None, v)]))[n_acc:] for v in values]
+    for start, size in _chunks(len(flats)):
+      flat_acc = list(self._chunk('fold', size)(
+          *flat_acc, *[t for flat in flats[start:start + size] for t in flat]))
+    return self._result(flat_acc)
+
+
+def _strict(pruned, signature):
+  """`pruned` as a function that TensorFlow will not inline into its callers.
+
+  Several calls of one imported computation share its variables, so they must
+  run one after the other. Control edges between inlined calls do not ensure
+  that (inlined bodies' variable ops have no inputs to wait on: measured, calls
+  interleaved and skipped their initialisation); a call op that is kept runs
+  its whole body between its inputs and its outputs.
+  """
+  return tf.function(lambda *args: pruned(*args), autograph=False,
+                     experimental_attributes={'_noinline': True}
+                     ).get_concrete_function(*signature)
+
+
+_MAX_CHUNK = 16
+
+
+def _chunks(n: int):
+  """(start, size) covering range(n): chunks of 16, then the rest in one.
+
+  At most 16 distinct sizes (so traced chunk functions), whatever the cohorts.
+  """
+  start = 0
+  while start < n:
+    size = min(_MAX_CHUNK, n - start)
+    yield start, size
+    start += size
 
 
 def _rename_functions(graph_def, suffix: str):
@@ -211,6 +352,8 @@ class _Interpreter:
   def __init__(self, num_clients: int, devices: list[str], tf_functions: dict):
     self.num_clients = num_clients
     self.devices = devices
+    # Client k's TensorFlow work goes to devices[k mod #devices] when several.
+    self._client_devices = tuple(devices) if len(devices) > 1 else ()
     self.tf_functions = tf_functions  # id(CompiledComputation) -> (it, function)
 
   def tensorflow(self, comp: bb.CompiledComputation) -> _TensorFlowFunction:
@@ -271,6 +414,8 @@ class _Interpreter:
           return _Fed(server, fn(x.value), True)
         if uri == 'federated_map_all_equal' and x.all_equal:
           return _Fed(clients, fn(x.value), True)
+        if isinstance(fn, _TensorFlowFunction):
+          return _Fed(clients, fn.map(x.members(n), self._client_devices), False)
         return _Fed(clients, [self._on_client(k, fn, v)
                               for k, v in enumerate(x.members(n))], False)
       return fmap
@@ -289,9 +434,12 @@ class _Interpreter:
     if uri == 'federated_aggregate':
       def aggregate(arg):
         x, zero, accumulate, report = arg[0], arg[1], arg[2], arg[4]
-        acc = zero
-        for v in x.members(n):
-          acc = accumulate(structure.Struct([(None, acc), (None, v)]))
+        if isinstance(accumulate, _TensorFlowFunction):
+          acc = accumulate.fold(zero, x.members(n))
+        else:
+          acc = zero
+          for v in x.members(n):
+            acc = accumulate(structure.Struct([(None, acc), (None, v)]))
         return _Fed(server, report(acc), True)
       return aggregate
     if uri == 'federated_sum':

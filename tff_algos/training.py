@@ -230,13 +230,6 @@ def run_training(algorithm: FederatedAlgorithm, task: Task, config: RunConfig,
   else's run.
   """
   process = algorithm.process
-  if algorithm.stateful_clients:
-    from tff_algos import runtime  # pylint: disable=g-import-not-at-top
-    ctx = runtime.active()
-    if ctx is not None and ctx.requested_workers is not None:
-      raise ValueError(f'{algorithm.name} keeps client state: several workers '
-                       '(--workers) are not supported for it yet (results differ '
-                       'from one worker)')
   client_ids = task.client_ids
   if config.clients_per_round > len(client_ids):
     raise ValueError(f'clients_per_round={config.clients_per_round} exceeds the '

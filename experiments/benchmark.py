@@ -1,8 +1,8 @@
 """Simulation speed, as ratios measured in one run (issue 7's benchmark).
 
-    python -m experiments.benchmark --quick      # ~3 minutes on 2 cores
-    python -m experiments.benchmark --quick --backend=inprocess   # GPU if visible
-    python -m experiments.benchmark --quick --workers=2           # 2 local workers
+    python -m experiments.benchmark --quick      # in-process backend (GPU if visible)
+    python -m experiments.benchmark --quick --backend=cpp         # TFF's C++ worker
+    python -m experiments.benchmark --quick --backend=cpp --workers=2  # 2 local workers
 
 Workload: the EMNIST CNN of papers 000/004 (conv32-conv64-FC512-62) on
 synthetic data of EMNIST's shape, 10 clients x 10 local SGD steps x batch 20
@@ -12,8 +12,10 @@ TFF's `build_weighted_fed_avg` on the same data; (c) every algorithm over our
 FedAvg; (d) seconds per round for 10, 20, 40 clients; (e) peak memory of this
 process and of the TFF worker; (f) milliseconds per round of the quadratic toy
 (one parameter, 10 clients, one example each), where compute is nil. Timings
-are medians over the measured rounds after warm-up rounds. The LAST line is
-one JSON object (it also names the backend and the devices used).
+are medians over the measured rounds after warm-up rounds; the ratios (a),
+(b), (c) are medians of ratios of runs measured side by side (this machine's
+speed drifts by tens of percent between minutes). The LAST line is one JSON
+object (it also names the backend and the devices used).
 
 Every measurement runs on the backend chosen by --backend / --workers (see
 `tff_algos/runtime`); the pure-TF floor always runs in this process, i.e. on
@@ -34,30 +36,44 @@ from absl import flags
 import numpy as np
 
 from experiments import common
+from experiments import runtime_flags
 
 flags.DEFINE_bool('quick', False, 'Fewer measured rounds (for CI-sized machines).')
+flags.DEFINE_list('algorithms', None, '(c) only these registry algorithms (default: all).')
 flags.DEFINE_integer('seed', 0, 'Seed of the synthetic data.')
-flags.DEFINE_enum('backend', 'cpp', ['cpp', 'inprocess'], 'Execution backend.')
-flags.DEFINE_string('workers', None, 'cpp backend: worker count or host:port,... '
-                    '(clients split over several TFF workers).')
 FLAGS = flags.FLAGS
 
 CLIENTS, STEPS, BATCH = 10, 10, 20
 
 
-def _median_round_time(process, state, data, rounds, warmup=2, client_states=None):
-  """Median seconds of `process.next` (stateful-client processes get their states)."""
-  times = []
-  for r in range(warmup + rounds):
-    t0 = time.perf_counter()
-    if client_states is None:
-      state = process.next(state, data).state
-    else:
-      out = process.next(state, data, client_states)
-      state, client_states = out.state, out.client_states
-    if r >= warmup:
-      times.append(time.perf_counter() - t0)
-  return float(np.median(times))
+class _Rounds:
+  """A process and its state (and client states), advanced one timed round at a time."""
+
+  def __init__(self, process, data, client_states=None):
+    self.process, self.data, self.client_states = process, data, client_states
+    self.state = None
+
+  def start(self, state):
+    self.state = state
+    return self
+
+  def time(self, rounds: int = 1) -> float:
+    """Seconds of the last of `rounds` rounds."""
+    if self.state is None:
+      self.state = self.process.initialize()
+    for _ in range(rounds):
+      t0 = time.perf_counter()
+      if self.client_states is None:
+        self.state = self.process.next(self.state, self.data).state
+      else:
+        out = self.process.next(self.state, self.data, self.client_states)
+        self.state, self.client_states = out.state, out.client_states
+      seconds = time.perf_counter() - t0
+    return seconds
+
+  def median(self, rounds: int, warmup: int = 2) -> float:
+    self.time(warmup)
+    return float(np.median([self.time() for _ in range(rounds)]))
 
 
 def main(argv):
@@ -67,12 +83,15 @@ def main(argv):
   import tensorflow as tf
   import tensorflow_federated as tff
   from tasks import base, models, partition, quadratic
-  from tff_algos import fedopt, registry, runtime
+  from tff_algos import fedopt, registry
   from tff_algos.hparams import HParams
   from tff_algos.core import local_training, optimizers, stateful_process
 
-  runtime.prepare(FLAGS.backend)  # before TensorFlow runs an op
-  rounds = 3 if FLAGS.quick else 10
+  try:
+    runtime_flags.check()
+  except ValueError as e:
+    return common.fail(e)
+  rounds = 5 if FLAGS.quick else 10
   rng = np.random.default_rng(FLAGS.seed)
   n_clients = 40
   per_client = STEPS * BATCH
@@ -90,10 +109,9 @@ def main(argv):
   sgd = optimizers.OptimizerSpec('sgd', 0.1)
   result = {}
 
-  runtime.check_backend(FLAGS.backend, FLAGS.workers)
-  result['backend'] = FLAGS.backend + (f' workers={FLAGS.workers}' if FLAGS.workers else '')
+  result['backend'] = runtime_flags.backend() + (f' workers={FLAGS.workers}' if FLAGS.workers else '')
   result['devices'] = [d.name for d in tf.config.list_logical_devices()]
-  with runtime.managed_context(backend=FLAGS.backend, workers=FLAGS.workers) as ctx:
+  with runtime_flags.managed_context() as ctx:
     # (a) the compute floor: 100 SGD steps in one tf.function, no TFF.
     model = task.model_fn()
     weights = tff.learning.models.ModelWeights.from_model(model)
@@ -107,28 +125,34 @@ def main(argv):
       return local_training.run_local_training(
           model, opt, None, init, floor_ds, CLIENTS * STEPS, 1).num_steps
 
-    floor_loop()
-    floor = []
-    for _ in range(rounds):
-      t0 = time.perf_counter()
-      assert int(floor_loop()) == CLIENTS * STEPS
-      floor.append(time.perf_counter() - t0)
-    floor_s = float(np.median(floor))
+    floor_loop()  # traced before TFF builds Keras models in graphs of its own
 
     def ours_fedavg():
       return fedopt.build_fedopt(task.model_fn, fedopt.FedOptConfig(
           client_optimizer=sgd, local_steps=STEPS))
 
-    fedavg = ours_fedavg()
-    ours_s = _median_round_time(fedavg.process, fedavg.process.initialize(), data[10], rounds)
-    builtin = tff.learning.algorithms.build_weighted_fed_avg(
+    fedavg = _Rounds(ours_fedavg().process, data[10])
+    builtin = _Rounds(tff.learning.algorithms.build_weighted_fed_avg(
         task.model_fn, client_optimizer_fn=sgd.build(),
-        server_optimizer_fn=optimizers.OptimizerSpec('sgd', 1.0).build())
-    builtin_s = _median_round_time(builtin, builtin.initialize(), data[10], rounds)
+        server_optimizer_fn=optimizers.OptimizerSpec('sgd', 1.0).build()), data[10])
+
+    def floor_once():
+      t0 = time.perf_counter()
+      assert int(floor_loop()) == CLIENTS * STEPS
+      return time.perf_counter() - t0
+
+    # Warm-up (tracing, first-call costs), then the three interleaved, so that
+    # the machine's drift (measured: +-30% between minutes on this VM) hits
+    # each ratio's numerator and denominator alike; ratios are medians of the
+    # per-repetition ratios.
+    floor_once(), fedavg.time(2), builtin.time(2)
+    times = np.array([(floor_once(), fedavg.time(), builtin.time())
+                      for _ in range(rounds)])
+    floor_s, ours_s, builtin_s = np.median(times, axis=0)
     result['seconds_per_round'] = dict(ours_fedavg=ours_s, tff_builtin=builtin_s,
                                        pure_tf_floor=floor_s)
-    result['overhead_vs_pure_tf'] = ours_s / floor_s
-    result['ratio_vs_tff_builtin'] = ours_s / builtin_s
+    result['overhead_vs_pure_tf'] = float(np.median(times[:, 1] / times[:, 0]))
+    result['ratio_vs_tff_builtin'] = float(np.median(times[:, 1] / times[:, 2]))
 
     # (c) every algorithm of the registry on the same clients, over our FedAvg.
     result['per_algorithm'] = {'fedavg': 1.0}
@@ -138,7 +162,7 @@ def main(argv):
         HParams(client_learning_rate=0.1),
         HParams(client_optimizer='adam', client_learning_rate=0.01, local_steps=STEPS))
     for name in sorted(registry.ALGORITHMS):
-      if name == 'fedavg':
+      if name == 'fedavg' or (FLAGS.algorithms is not None and name not in FLAGS.algorithms):
         continue
       try:
         alg, error = None, None
@@ -150,23 +174,24 @@ def main(argv):
             error = e
         if alg is None:
           raise error
-        stateful = getattr(alg, 'stateful_clients', False)
-        state = (alg.process.initialize(stateful_process.population_of(
-            task, alg.process.needs_mean_examples)) if stateful else alg.process.initialize())
-        t = _median_round_time(
-            alg.process, state, data[10], 1 if FLAGS.quick else rounds,
-            warmup=1 if FLAGS.quick else 2,
-            client_states=[alg.process.initial_client_state(state)] * CLIENTS
-            if stateful else None)
+        if getattr(alg, 'stateful_clients', False):
+          state = alg.process.initialize(stateful_process.population_of(
+              task, alg.process.needs_mean_examples))
+          other = _Rounds(alg.process, data[10],
+                          [alg.process.initial_client_state(state)] * CLIENTS).start(state)
+        else:
+          other = _Rounds(alg.process, data[10])
+        other.time(1 if FLAGS.quick else 2)  # warm-up
+        # Each of its rounds next to one of FedAvg's (see above).
+        ratios = [other.time() / fedavg.time() for _ in range(1 if FLAGS.quick else rounds)]
       except Exception as e:  # pylint: disable=broad-except
         result['per_algorithm_not_run'][name] = f'{type(e).__name__}: {e}'[:200]
         continue
-      result['per_algorithm'][name] = t / ours_s
+      result['per_algorithm'][name] = float(np.median(ratios))
 
     # (d) linear cost in the cohort size.
-    result['scaling'] = {
-        str(m): _median_round_time(fedavg.process, fedavg.process.initialize(), data[m],
-                                   rounds) for m in (10, 20, 40)}
+    result['scaling'] = {str(m): _Rounds(fedavg.process, data[m]).median(
+        3 if FLAGS.quick else rounds, warmup=1 if FLAGS.quick else 2) for m in (10, 20, 40)}
 
     # (e) peak memory.
     result['peak_memory_mb'] = dict(
@@ -182,8 +207,8 @@ def main(argv):
     toy_alg = fedopt.build_fedopt(toy.model_fn, fedopt.FedOptConfig(
         client_optimizer=sgd, local_steps=1, uniform_weighting=True))
     toy_data = [toy.client_dataset(c) for c in toy.client_ids]
-    result['fixed_ms_per_round'] = 1000 * _median_round_time(
-        toy_alg.process, toy_alg.process.initialize(), toy_data, max(rounds, 10) * 2)
+    result['fixed_ms_per_round'] = 1000 * _Rounds(toy_alg.process, toy_data).median(
+        max(rounds, 10) * 2)
 
   print(f"backend {result['backend']} on {', '.join(result['devices'])}")
   print(f"our FedAvg {ours_s:.3f} s/round; pure-TF floor {floor_s:.3f} s; "

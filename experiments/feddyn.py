@@ -39,6 +39,7 @@ import numpy as np
 from experiments import common
 from experiments import flags as trainer_flags
 from experiments import report
+from experiments import runtime_flags
 
 PAPER_ALGORITHMS = ('feddyn', 'scaffold', 'fedavg', 'fedprox')
 flags.DEFINE_list('algorithms', list(PAPER_ALGORITHMS), 'Algorithms to compare.')
@@ -197,10 +198,10 @@ def main(argv):
       else algorithms[0]
 
   from tasks import TaskError, get_task
-  from tff_algos import metrics_tables, runtime, training
+  from tff_algos import metrics_tables, training
   root = os.path.join(FLAGS.root_output_dir, FLAGS.name or f'paper003_{FLAGS.task}')
   results, curves = [], {}
-  with runtime.managed_context(backend=FLAGS.backend, workers=FLAGS.workers):
+  with runtime_flags.managed_context():
     for (label, values), seed in itertools.product(grid, seeds):
       _set(dict(values, seed=seed, algorithm=algorithms[0], clients_per_round=1))
       options, _, _ = trainer_flags.validate(grid=True)

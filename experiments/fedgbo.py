@@ -44,6 +44,7 @@ import numpy as np
 from experiments import common
 from experiments import flags as trainer_flags
 from experiments import report
+from experiments import runtime_flags
 from tasks import sent140
 
 flags.DEFINE_list('tasks', ['femnist', 'cifar100', 'shakespeare'],
@@ -174,12 +175,12 @@ def main(argv):
     return common.fail(e)
 
   from tasks import get_task
-  from tff_algos import runtime, training
+  from tff_algos import training
   root = os.path.join(FLAGS.root_output_dir, FLAGS.grid_name)
   results = collections.defaultdict(dict)   # (task, K) -> algorithm -> rows
   optimisers = {}
   tasks_cache = {}
-  with runtime.managed_context(backend=FLAGS.backend, workers=FLAGS.workers):
+  with runtime_flags.managed_context():
     for i, (preset, k, name) in enumerate(combos):
       _apply(base_values, _settings(preset, k, name, overrides, explicit))
       options, hp, _ = trainer_flags.validate(grid=True)

@@ -14,6 +14,7 @@ import re
 
 from absl import flags
 
+from experiments import runtime_flags
 from tasks import TaskOptions, check_options
 from tff_algos import registry
 from tff_algos.core import optimizers
@@ -118,14 +119,6 @@ flags.DEFINE_string('root_output_dir', 'runs', 'Root of experiment directories.'
 flags.DEFINE_string('experiment_name', None,
                     'Experiment directory name (default: built from the flags).')
 flags.DEFINE_bool('progress', True, 'Show a progress bar.')
-# Execution backend (issue 7; results agree across backends, so resumable across them).
-flags.DEFINE_enum('backend', 'cpp', ['cpp', 'inprocess'],
-                  "'cpp': TFF's C++ worker_binary (CPU only); 'inprocess': run the "
-                  "computations in this process's TensorFlow (uses its GPUs).")
-flags.DEFINE_string('workers', None, "cpp backend: split each round's clients over "
-                    'several TFF workers: a number of local workers to start, or '
-                    'host:port,... of running ones (python -m tff_algos.runtime.worker).')
-
 FLAGS = flags.FLAGS
 
 
@@ -182,8 +175,7 @@ def validate(grid: bool = False):
     hp = hparams(grid)
     registry.check(FLAGS.algorithm, hp)
     config = run_config(None)
-    from tff_algos import runtime  # pylint: disable=g-import-not-at-top
-    runtime.check_backend(FLAGS.backend, FLAGS.workers)
+    runtime_flags.check()
   except ValueError as e:  # TaskError is a ValueError
     raise FlagError(str(e)) from None
   return options, hp, config
@@ -194,8 +186,10 @@ def output_dir() -> str:
 
 
 def flag_values() -> dict:
-  """This module's flag values, for summary.json."""
-  return {f.name: f.value for f in FLAGS.get_flags_for_module(__name__)}
+  """This module's flag values and the backend's, for summary.json."""
+  values = {f.name: f.value for f in FLAGS.get_flags_for_module(__name__)}
+  values.update(runtime_flags.values())
+  return values
 
 
 # Flags that may change between a run and its resume.

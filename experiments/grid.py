@@ -26,6 +26,7 @@ import numpy as np
 from experiments import common
 from experiments import flags as trainer_flags
 from experiments import report
+from experiments import runtime_flags
 
 flags.DEFINE_string('grid', '', "Grid, e.g. 'client_learning_rate=1,0.1;local_steps=10,33'.")
 flags.DEFINE_string('grid_name', None, 'Directory name of the grid (default: the task).')
@@ -84,11 +85,11 @@ def main(argv):
     return common.fail(e)
 
   from tasks import get_task
-  from tff_algos import registry, runtime, training
+  from tff_algos import registry, training
   grid_dir = os.path.join(FLAGS.root_output_dir, FLAGS.grid_name or f'grid_{FLAGS.task}')
   results = []
   tasks_cache = {}
-  with runtime.managed_context():
+  with runtime_flags.managed_context():
     for i, combo in enumerate(combos):
       for k, v in combo.items():
         FLAGS[k].parse(v)

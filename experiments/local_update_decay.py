@@ -30,6 +30,7 @@ import numpy as np
 
 from experiments import common
 from experiments import report
+from experiments import runtime_flags
 
 SGD_TASKS = ('emnist_character', 'cifar100_image', 'shakespeare_character')
 SO_TASKS = ('stackoverflow_tag', 'stackoverflow_word')
@@ -93,6 +94,7 @@ def main(argv):
   fig = FIGURES[FLAGS.figure]
   task_names = FLAGS.tasks or list(fig['tasks'])
   try:
+    runtime_flags.check()
     gammas = [float(g) for g in FLAGS.gammas]
     etas = [float(e) for e in FLAGS.etas] if fig['tune'] else [FLAGS.fixed_eta]
     unknown = [t for t in task_names if t not in SETUP]
@@ -104,14 +106,14 @@ def main(argv):
     return common.fail(e)
 
   from tasks import TaskOptions, get_task
-  from tff_algos import local_update, runtime
+  from tff_algos import local_update
   from tff_algos.core import optimizers
 
   def server(eta):
     return optimizers.OptimizerSpec(fig['server'], eta)
 
   table, summary = [], {}
-  with runtime.managed_context():
+  with runtime_flags.managed_context():
     for task_name in task_names:
       model, m, batch = SETUP[task_name]
       task = get_task(task_name, TaskOptions(

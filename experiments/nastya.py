@@ -34,6 +34,7 @@ import numpy as np
 
 from experiments import common
 from experiments import report
+from experiments import runtime_flags
 
 SETTINGS = ('single', 'full', 'partial')
 FIXED_RUNS = ('fedrr', 'local_sgd_wr', 'nastya_adam', 'nastya_adaptive')
@@ -72,6 +73,7 @@ def run_names() -> list[str]:
 
 
 def validate():
+  runtime_flags.check()
   unknown = [s for s in FLAGS.settings if s not in SETTINGS]
   if unknown:
     raise ValueError(f'unknown settings {unknown}; choose from {list(SETTINGS)}')
@@ -103,7 +105,7 @@ def main(argv):
   except ValueError as e:
     return common.fail(e)
   from tasks import TaskError, TaskOptions, get_task, libsvm
-  from tff_algos import nastya, runtime, training
+  from tff_algos import nastya, training
   from tff_algos.core import optimizers
 
   def task_for(setting):
@@ -131,7 +133,7 @@ def main(argv):
 
   curves: dict[str, dict[str, np.ndarray]] = {s: {} for s in FLAGS.settings}
   etas: dict[str, dict[str, float]] = {s: {} for s in FLAGS.settings}
-  with runtime.managed_context():
+  with runtime_flags.managed_context():
     built = {}
 
     def algorithm(name, setting):

@@ -25,6 +25,7 @@ import numpy as np
 
 from experiments import common
 from experiments import report
+from experiments import runtime_flags
 
 RUNS = {
     'const_k3': dict(local_steps=3),
@@ -54,6 +55,7 @@ FLAGS = flags.FLAGS
 
 
 def validate():
+  runtime_flags.check()
   unknown = [r for r in FLAGS.runs if r not in RUNS]
   if unknown:
     raise ValueError(f'unknown runs {unknown}; choose from {list(RUNS)}')
@@ -80,7 +82,7 @@ def main(argv):
   except ValueError as e:
     return common.fail(e)
   from tasks import quadratic
-  from tff_algos import fedopt, runtime, training
+  from tff_algos import fedopt, training
   from tff_algos.core import optimizers, schedules
 
   gamma = FLAGS.client_learning_rate
@@ -95,7 +97,7 @@ def main(argv):
     row['x_mean'] = float(x.mean())
     row['x_std'] = float(x.std())
 
-  with runtime.managed_context():
+  with runtime_flags.managed_context():
     for name in FLAGS.runs:
       spec = RUNS[name]
       config = fedopt.FedOptConfig(

@@ -35,6 +35,7 @@ from absl import flags
 from experiments import common
 from experiments import flags as trainer_flags
 from experiments import report
+from experiments import runtime_flags
 from experiments.configs import base
 from tff_algos import metrics_tables
 
@@ -136,6 +137,9 @@ def binary_argv(exp: base.Experiment, scale: str, out_dir: str) -> list[str]:
   values = dict(spec.smoke_flags if scale == 'smoke' else spec.flags)
   values[BINARY_OUTPUT_FLAG.get(spec.module, 'output_dir')] = out_dir
   values.setdefault('progress', False)
+  values.setdefault('backend', runtime_flags.backend())  # every binary has --backend
+  if FLAGS.workers:
+    values.setdefault('workers', FLAGS.workers)
   return [sys.executable, '-m', spec.module] + [
       f'--{k}={_flag_str(v)}' for k, v in values.items()]
 
@@ -307,13 +311,12 @@ def run_experiment(exp: base.Experiment, scale: str, root: str, progress: bool =
 def _run_trainer(exp, scale, out_dir, progress, manage_runtime):
   import contextlib
   from tasks import get_task
-  from tff_algos import registry, runtime, training
+  from tff_algos import registry, training
   plans = trainer_plans(exp, scale)
   for plan in plans:  # every run's flags before any work
     validate_plan(plan)
   runs = []
-  context = runtime.managed_context(backend=FLAGS.backend, workers=FLAGS.workers) \
-      if manage_runtime else contextlib.nullcontext()
+  context = runtime_flags.managed_context() if manage_runtime else contextlib.nullcontext()
   with context:
     for plan in plans:
       options, hp, _ = validate_plan(plan)

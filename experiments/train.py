@@ -20,6 +20,7 @@ from absl import flags
 from experiments import common
 from experiments import flags as trainer_flags
 from experiments import report
+from experiments import runtime_flags
 
 flags.DEFINE_bool('list_tasks', False, 'List tasks and exit.')
 flags.DEFINE_bool('list_algorithms', False, 'List algorithms and exit.')
@@ -45,19 +46,14 @@ def main(argv):
   except trainer_flags.FlagError as e:
     return common.fail(e)
 
-  from tff_algos import runtime
   from tff_algos import training
-  runtime.prepare(FLAGS.backend)  # before TensorFlow runs an op
   out_dir = trainer_flags.output_dir()
   task = get_task(FLAGS.task, options)  # data errors surface before any worker starts
   if FLAGS.clients_per_round > len(task.client_ids):
     return common.fail(f'--clients_per_round={FLAGS.clients_per_round} exceeds the '
                        f'{len(task.client_ids)} clients of task {task.name!r}')
-  with runtime.managed_context(backend=FLAGS.backend, workers=FLAGS.workers):
+  with runtime_flags.managed_context():
     algorithm = registry.build(FLAGS.algorithm, task.model_fn, hp)
-    if FLAGS.workers and getattr(algorithm, 'stateful_clients', False):
-      return common.fail(f'--workers does not support {FLAGS.algorithm} (client states) '
-                         'yet: its multi-worker results differ from one worker')
     print(f'{algorithm.name} on {task.name} ({task.info.get("model")}, '
           f'{len(task.client_ids)} clients) -> {out_dir}', flush=True)
     result = training.run_training(algorithm, task, trainer_flags.run_config(out_dir),

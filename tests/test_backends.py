@@ -135,6 +135,45 @@ def test_inprocess_backend_plain_tensorflow_and_federated_calls():
     assert squares([1.0, 2.0, 3.0]) == [1.0, 4.0, 9.0]
 
 
+def test_inprocess_batched_client_calls_keep_order_and_fresh_variables():
+  """federated_map / federated_aggregate run many clients per TensorFlow call.
+
+  The clients of one map share the imported graph's variables, so each call
+  must run after the previous one and after its own initialisation; the
+  accumulator must see the clients in order. 20 clients: chunks of 16 and 4.
+  """
+  with backend(backend='inprocess') as ctx, \
+      context_stack_impl.context_stack.install(ctx.context):
+
+    @tff.tensorflow.computation(tf.float32)
+    def twice(x):
+      v = tf.Variable(0.0)  # initialised to 0 before every call
+      with tf.control_dependencies([v.assign_add(x)]):
+        with tf.control_dependencies([v.assign_add(x)]):
+          return v.read_value()
+
+    @tff.tensorflow.computation(tf.int64, tf.int64)
+    def append_digit(acc, x):  # not commutative: the order shows
+      return acc * 3 + x
+
+    @tff.tensorflow.computation(tf.int64, tf.int64)
+    def merge(a, b):
+      return a + b  # unused in a single aggregation
+
+    @tff.federated_computation(tff.FederatedType(np.float32, tff.CLIENTS),
+                               tff.FederatedType(np.int64, tff.CLIENTS))
+    def each(x, d):
+      return (tff.federated_map(twice, x),
+              tff.federated_aggregate(d, np.int64(0), append_digit, merge,
+                                      tff.tensorflow.computation(lambda a: a, tf.int64)))
+
+    values = [float(i) for i in range(1, 21)]
+    digits = [i % 3 for i in range(20)]
+    doubled, number = each(values, digits)
+    assert list(doubled) == [2 * v for v in values]
+    assert number == int(''.join(map(str, digits)), 3)
+
+
 def test_inprocess_backend_runs_desugared_min_and_refuses_unsupported_intrinsics():
   from tff_algos.runtime import inprocess
   with backend(backend='inprocess') as ctx, \
@@ -222,10 +261,6 @@ def test_backends_equal_cpp_for_every_algorithm(task, client_data, name, kind):
       continue
   assert algorithm is not None, f'no test hyperparameters for {name}'
   process, stateful = algorithm.process, getattr(algorithm, 'stateful_clients', False)
-  if stateful and kind == 'two_workers':
-    pytest.xfail('known gap: with client states (feddyn, scaffold) the two-worker '
-                 'MergeableComp execution differs from one worker (up to 0.23); '
-                 'the trainer refuses --workers for them')
   cpp_state, cpp_metrics = run_rounds(process, client_data, 2, stateful=stateful)
   with backend(**({'backend': 'inprocess'} if kind == 'inprocess' else {'workers': 2})) as ctx:
     state, metrics = run_rounds(process, client_data, 2, ctx.context, stateful=stateful)
@@ -241,8 +276,8 @@ def test_trainer_backends_write_the_same_metrics(tmp_path):
           f'--root_output_dir={tmp_path}']
   env = dict(os.environ, PYTHONPATH=ROOT)
   rows = {}
-  for name, extra in [('cpp', []), ('inprocess', ['--backend=inprocess']),
-                      ('two', ['--workers=2'])]:
+  for name, extra in [('cpp', ['--backend=cpp']), ('inprocess', []),  # the default
+                      ('two', ['--workers=2'])]:  # implies --backend=cpp
     res = subprocess.run(base + [f'--experiment_name={name}', *extra], cwd=ROOT, env=env,
                          capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr[-3000:]

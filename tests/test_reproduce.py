@@ -146,6 +146,7 @@ def test_binary_argv_and_lookup(tmp_path):
   assert argv[1:3] == ['-m', 'experiments.quadratic_toy']
   assert '--rounds=5' in argv and '--runs=const_k10,decay_k' in argv
   assert '--output_dir=out' in argv and '--progress=false' in argv
+  assert '--backend=inprocess' in argv  # reproduce's --backend, passed on
   assert reproduce.lookup({'final_x': {'decay_k': 0.5}}, 'final_x.decay_k') == 0.5
   assert reproduce.lookup({'final_x': {}}, 'final_x.decay_k') is None
 
@@ -171,6 +172,9 @@ def test_every_config_is_valid():
     assert exp.published or len(exp.notes) > 40, f'{name}: no published numbers, no notes'
     if isinstance(exp.runner, base.Binary):
       known = _binary_flags(exp.runner.module)
+      src = open(os.path.join(ROOT, *exp.runner.module.split('.')) + '.py').read()
+      assert ('import runtime_flags' in src or 'import flags as trainer_flags' in src), (
+          f'{exp.runner.module} does not take --backend, which reproduce passes on')
       for values in (exp.runner.flags, exp.runner.smoke_flags):
         assert set(values) <= known, (name, set(values) - known)
       continue

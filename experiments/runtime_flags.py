@@ -1,0 +1,50 @@
+"""--backend and --workers: where every binary runs its TFF computations.
+
+    --backend=inprocess   (default) compiled computations run in this process's
+                          TensorFlow, on its GPUs when it sees any;
+    --backend=cpp         TFF's C++ worker_binary (CPU only);
+    --workers=2 | host:port,...
+                          a round's clients split over several worker_binary
+                          processes (`python -m tff_algos.runtime.worker --port=N`);
+                          implies --backend=cpp.
+
+Results agree across backends (tests/test_backends.py), so a run may be resumed
+on another backend. See `tff_algos/runtime` and docs/performance.md.
+"""
+
+from __future__ import annotations
+
+from absl import flags
+
+flags.DEFINE_enum('backend', 'inprocess', ['inprocess', 'cpp'],
+                  "'inprocess': run the computations in this process's TensorFlow "
+                  "(fastest; uses its GPUs); 'cpp': TFF's C++ worker_binary (CPU only).")
+flags.DEFINE_string('workers', None, "cpp backend: split each round's clients over "
+                    'several TFF workers: a number of local workers to start, or '
+                    'host:port,... of running ones (python -m tff_algos.runtime.worker).')
+
+FLAGS = flags.FLAGS
+
+
+def backend() -> str:
+  """--backend, where --workers without an explicit --backend means 'cpp'."""
+  if FLAGS.workers and not FLAGS['backend'].present:
+    return 'cpp'
+  return FLAGS.backend
+
+
+def check() -> None:
+  """ValueError for a bad --backend/--workers combination (starts nothing)."""
+  from tff_algos import runtime  # pylint: disable=g-import-not-at-top
+  runtime.check_backend(backend(), FLAGS.workers)
+
+
+def values() -> dict:
+  return dict(backend=backend(), workers=FLAGS.workers)
+
+
+def managed_context():
+  """The chosen backend as TFF's default context, stopped on every way out."""
+  from tff_algos import runtime  # pylint: disable=g-import-not-at-top
+  runtime.prepare(backend())
+  return runtime.managed_context(backend=backend(), workers=FLAGS.workers)

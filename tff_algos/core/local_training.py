@@ -82,6 +82,13 @@ def fold(dataset: tf.data.Dataset, initial_state: Any,
     return fn(state, element.get_value()), iterator.get_next_as_optional()
 
   state, _ = tf.while_loop(cond, body, (initial_state, iterator.get_next_as_optional()))
+  # A sequence point: TensorFlow runs stateful ops without resource inputs (this
+  # one, and the next fold's iterator creation) in program order. Without it
+  # two folds over one reshuffling dataset (a count, then training) created
+  # their iterators in either order, so which pass got which shuffle varied
+  # from run to run (Dataset.reduce, which it replaces, was ordered this way).
+  with tf.control_dependencies(tf.nest.flatten(state)):
+    tf.timestamp()
   return state
 
 

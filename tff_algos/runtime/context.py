@@ -218,6 +218,9 @@ async def _after_merge_in_client_order(comp, merge_result, arg_list, execution_c
   return results
 
 
+_TFF_AFTER_MERGE = mergeable_comp_execution_context._invoke_after_merge_in_async_pool  # pylint: disable=protected-access
+
+
 def _fix_mergeable_client_order():
   module = mergeable_comp_execution_context
   if module._invoke_after_merge_in_async_pool is not _after_merge_in_client_order:  # pylint: disable=protected-access

@@ -91,7 +91,7 @@ def main(argv):
     runtime_flags.check()
   except ValueError as e:
     return common.fail(e)
-  rounds = 5 if FLAGS.quick else 10
+  rounds = 4 if FLAGS.quick else 10
   rng = np.random.default_rng(FLAGS.seed)
   n_clients = 40
   per_client = STEPS * BATCH
@@ -191,7 +191,7 @@ def main(argv):
 
     # (d) linear cost in the cohort size.
     result['scaling'] = {str(m): _Rounds(fedavg.process, data[m]).median(
-        3 if FLAGS.quick else rounds, warmup=1 if FLAGS.quick else 2) for m in (10, 20, 40)}
+        2 if FLAGS.quick else rounds, warmup=1 if FLAGS.quick else 2) for m in (10, 20, 40)}
 
     # (e) peak memory.
     result['peak_memory_mb'] = dict(

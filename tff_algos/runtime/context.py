@@ -17,13 +17,15 @@ same as `tff.backends.native.create_sync_local_cpp_execution_context`.
 
 Backends (`install(backend=..., workers=...)`, flags --backend / --workers):
 
-* 'cpp' (default): one local worker_binary runs every computation;
+* 'cpp' (`install`'s default; the binaries default to 'inprocess'): one local
+  worker_binary runs every computation;
 * 'cpp' with `workers`: a round's clients are split over several worker_binary
   processes by TFF's `MergeableCompExecutionContext` (one async remote context
   per worker, the MergeableCompForm compiler); `workers` is a number of local
   workers that we start and own, or 'host:port' addresses of workers started
   elsewhere (`python -m tff_algos.runtime.worker --port=N`), which we use but
-  do not stop;
+  do not stop (TFF's context returns client-placed results in the order the
+  workers finish; we keep them in client order);
 * 'inprocess': no worker; computations run in this process's TensorFlow, on its
   GPUs when it sees any (`tff_algos/runtime/inprocess.py`).
 """

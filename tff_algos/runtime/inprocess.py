@@ -116,16 +116,21 @@ class _TensorFlowFunction:
         self._token = tf.constant('inprocess')
     self._signature = [tf.TensorSpec(t.shape, t.dtype) for t in feeds]
     result_names = tensorflow_utils.extract_tensor_names_from_binding(tf_proto.result)
-    self._pruned = _strict(wrapped.prune(
-        feeds, [graph.as_graph_element(n) for n in result_names]), self._signature)
+    pruned = wrapped.prune(feeds, [graph.as_graph_element(n) for n in result_names])
+    self._pruned = _strict(pruned, self._signature)
     self._num_outputs = len(result_names)
-    self._pruned_init = None
+    self._pruned_init = pruned_init = None
     if tf_proto.initialize_op:
       init_op = graph.as_graph_element(tf_proto.initialize_op)
       with graph.as_default(), tf.control_dependencies([init_op]):
         done = tf.constant(True)  # a tensor to order the call after
-      self._pruned_init = _strict(wrapped.prune(feeds[len(param_names):], [init_op, done]),
-                                  self._signature[len(param_names):])
+      pruned_init = wrapped.prune(feeds[len(param_names):], [init_op, done])
+      self._pruned_init = _strict(pruned_init, self._signature[len(param_names):])
+    # Graphs that cannot be traced into other functions run call by call.
+    self._batchable = self._pruned is not None and (
+        pruned_init is None or self._pruned_init is not None)
+    if not self._batchable:
+      self._pruned, self._pruned_init = pruned, pruned_init
     self._chunks: dict = {}
     self._fn = self._chunk('map', 1)
 
@@ -188,7 +193,13 @@ class _TensorFlowFunction:
           acc, deps = self._call_in_graph(acc + list(values[k * n_v:(k + 1) * n_v]), deps)
         return acc
       signature = self._signature[:n_out] + self._signature[n_out:] * size
-    concrete = tf.function(body, autograph=False).get_concrete_function(*signature)
+    try:
+      if not self._batchable:
+        raise tf.errors.InternalError(None, None, 'not traceable')
+      concrete = tf.function(body, autograph=False).get_concrete_function(*signature)
+    except tf.errors.InternalError:  # see `_strict`: the same, one level up
+      fn = self._chunks[key] = self._eager_chunk(kind, size)
+      return fn
     captured = concrete.captured_inputs
 
     def fn(*flat):
@@ -198,6 +209,26 @@ class _TensorFlowFunction:
 
     self._chunks[key] = fn
     return fn
+
+  def _eager_chunk(self, kind: str, size: int):
+    """What `_chunk` traces, as eager calls (same order, same initialisation)."""
+    n_in, n_out = len(self._signature), self._num_outputs
+
+    def call(flat):
+      if self._pruned_init is not None:
+        self._pruned_init(*flat[len(self._dtypes):])
+      return list(self._pruned(*flat))
+
+    if kind == 'map':
+      return lambda *args: [t for k in range(size)
+                            for t in call(args[k * n_in:(k + 1) * n_in])]
+
+    def fold(*args):
+      acc, values, n_v = list(args[:n_out]), args[n_out:], n_in - n_out
+      for k in range(size):
+        acc = call(acc + list(values[k * n_v:(k + 1) * n_v]))
+      return acc
+    return fold
 
   def __call__(self, arg=None):
     return self._result(self._fn(*self._flat(arg)))
@@ -240,9 +271,15 @@ def _strict(pruned, signature):
   interleaved and skipped their initialisation); a call op that is kept runs
   its whole body between its inputs and its outputs.
   """
-  return tf.function(lambda *args: pruned(*args), autograph=False,
-                     experimental_attributes={'_noinline': True}
-                     ).get_concrete_function(*signature)
+  try:
+    return tf.function(lambda *args: pruned(*args), autograph=False,
+                       experimental_attributes={'_noinline': True}
+                       ).get_concrete_function(*signature)
+  except tf.errors.InternalError:
+    # Tracing a call of some imported graphs fails in TensorFlow's shape
+    # inference of their v1 loops ("Missing src context", seen with a
+    # LocalUpdateDecay computation); such graphs are called eagerly as pruned.
+    return None
 
 
 _MAX_CHUNK = 16

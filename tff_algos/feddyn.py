@@ -46,7 +46,6 @@ import tensorflow_federated as tff
 from tff_algos.core import accounting
 from tff_algos.core import client_work as client_work_lib
 from tff_algos.core import local_training
-from tff_algos.core import schedules
 from tff_algos.core import stateful_process
 from tff_algos.core.algorithm import FederatedAlgorithm
 from tff_algos.hparams import AlgorithmSpec, HParams
@@ -76,14 +75,9 @@ class FedDynConfig:
     self.client_schedule()
 
   def client_schedule(self) -> client_work_lib.ClientSchedule:
-    steps = (None if self.local_steps is None else
-             schedules.LocalSteps(self.local_steps, self.local_steps_decay))
-    if steps is None and self.local_steps_decay != 1.0:
-      raise ValueError('local_steps_decay needs local_steps (K_0)')
-    return client_work_lib.ClientSchedule(
-        learning_rate=schedules.ExponentialDecay(self.client_learning_rate,
-                                                 self.client_lr_decay),
-        local_steps=steps, epochs=self.epochs)
+    return client_work_lib.client_schedule(
+        self.client_learning_rate, self.client_lr_decay, self.local_steps,
+        self.local_steps_decay, self.epochs)
 
 
 def _zeros(structure):

@@ -49,14 +49,9 @@ class FedOptConfig:
     self.client_schedule()  # validates K_0, E, gamma, eta and their decays
 
   def client_schedule(self) -> client_work_lib.ClientSchedule:
-    steps = (None if self.local_steps is None else
-             schedules.LocalSteps(self.local_steps, self.local_steps_decay))
-    if steps is None and self.local_steps_decay != 1.0:
-      raise ValueError('local_steps_decay needs local_steps (K_0)')
-    return client_work_lib.ClientSchedule(
-        learning_rate=schedules.ExponentialDecay(
-            self.client_optimizer.learning_rate, self.client_lr_decay),
-        local_steps=steps, epochs=self.epochs,
+    return client_work_lib.client_schedule(
+        self.client_optimizer.learning_rate, self.client_lr_decay, self.local_steps,
+        self.local_steps_decay, self.epochs,
         server_lr=schedules.ExponentialDecay(self.server_optimizer.learning_rate,
                                              self.server_lr_decay))
 

@@ -39,7 +39,6 @@ from tff_algos.core import gbo_optimizers
 from tff_algos.core import global_statistics
 from tff_algos.core import local_training
 from tff_algos.core import optimizers
-from tff_algos.core import schedules
 from tff_algos.core.algorithm import FederatedAlgorithm
 from tff_algos.hparams import AlgorithmSpec, HParams
 
@@ -67,13 +66,9 @@ class MimeConfig:
     self.client_schedule()
 
   def client_schedule(self) -> client_work_lib.ClientSchedule:
-    steps = (None if self.local_steps is None else
-             schedules.LocalSteps(self.local_steps, self.local_steps_decay))
-    if steps is None and self.local_steps_decay != 1.0:
-      raise ValueError('local_steps_decay needs local_steps (K_0)')
-    return client_work_lib.ClientSchedule(
-        learning_rate=schedules.ExponentialDecay(self.learning_rate, self.client_lr_decay),
-        local_steps=steps, epochs=self.epochs)
+    return client_work_lib.client_schedule(
+        self.learning_rate, self.client_lr_decay, self.local_steps,
+        self.local_steps_decay, self.epochs)
 
 
 def mean_gradient(model: tff.learning.models.VariableModel, weights,

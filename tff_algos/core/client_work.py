@@ -37,6 +37,20 @@ def model_delta(outcome: local_training.LocalOutcome, hparams) -> Any:
   return outcome.delta
 
 
+def client_schedule(learning_rate: float, lr_decay: float, local_steps: Optional[int],
+                    local_steps_decay: float, epochs: int,
+                    server_lr: Optional[schedules.ExponentialDecay] = None) -> 'ClientSchedule':
+  """gamma_t = learning_rate * lr_decay^t and K_t from K_0 = local_steps (or
+  `epochs` passes when local_steps is None): the schedule every algorithm's
+  config builds from its flags."""
+  if local_steps is None and local_steps_decay != 1.0:
+    raise ValueError('local_steps_decay needs local_steps (K_0)')
+  steps = (None if local_steps is None
+           else schedules.LocalSteps(local_steps, local_steps_decay))
+  return ClientSchedule(learning_rate=schedules.ExponentialDecay(learning_rate, lr_decay),
+                        local_steps=steps, epochs=epochs, server_lr=server_lr)
+
+
 @dataclasses.dataclass(frozen=True)
 class ClientSchedule:
   """gamma_t and either K_t local steps or E epochs per round."""

@@ -66,3 +66,45 @@ def test_client_dataset_steps_and_epochs():
   assert int(steps(-1, 2)) == 6   # E epochs: all batches of 2 passes
   assert int(steps(0, -1)) == 0
   np.testing.assert_equal(int(local_training.count_examples(ds)), 5)
+
+
+def _linear_model():
+  import collections
+  import tensorflow_federated as tff
+  spec = collections.OrderedDict(x=tf.TensorSpec([None, 1], tf.float32),
+                                 y=tf.TensorSpec([None, 1], tf.float32))
+  keras = tf.keras.Sequential([tf.keras.Input((1,)), tf.keras.layers.Dense(1)])
+  return tff.learning.models.from_keras_model(
+      keras, loss=tf.keras.losses.MeanSquaredError(), input_spec=spec)
+
+
+def test_examples_per_pass_from_the_loop_or_a_counting_pass():
+  """n_i (FedAvg's weight) is the same whether the loop saw a whole first pass
+  (read off the loop) or not (K < batches, unknown cardinality: counted)."""
+  import tensorflow_federated as tff
+  x = np.arange(7, dtype=np.float32).reshape(7, 1)
+  batched = tf.data.Dataset.from_tensor_slices(dict(x=x, y=x)).batch(3)  # 3 batches, 7 examples
+  filtered = tf.data.Dataset.from_tensor_slices(dict(x=x, y=x)).filter(
+      lambda e: e['x'][0] < 5.0).batch(3)  # cardinality unknown, 5 examples
+  model = _linear_model()
+  init = tf.nest.map_structure(
+      lambda v: v.read_value(), tff.learning.models.ModelWeights.from_model(model))
+  opt = tff.learning.optimizers.build_sgdm(0.01)
+
+  @tf.function
+  def run(ds, k, e):
+    outcome = local_training.run_local_training(model, opt, None, init, ds, k, e)
+    return (outcome.first_pass_complete, local_training.examples_per_pass(ds, outcome),
+            outcome.num_examples)
+
+  for ds, k, e, from_loop, n, processed in [
+      (batched, 3, -1, True, 7, 7),     # K = one epoch
+      (batched, 5, -1, True, 7, 7 + 6),  # K > one epoch: first pass only
+      (batched, 2, -1, False, 7, 6),    # K < one epoch: counted
+      (batched, -1, 2, True, 7, 14),    # epochs mode
+      (filtered, 4, -1, False, 5, 10),  # cardinality unknown (2 batches): counted
+  ]:
+    complete, examples, num_examples = run(ds, k, e)
+    assert bool(complete) == from_loop, (k, e)
+    assert int(examples) == n, (k, e)
+    assert int(num_examples) == processed, (k, e)

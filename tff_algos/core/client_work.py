@@ -187,13 +187,14 @@ def build_client_work(
           hparams['num_steps'], hparams['num_epochs'], step_weights=theta,
           correction_fn=None if correction is None else correction(initial_weights))
       update = output_fn(outcome, hparams)
-      finite = tf.logical_and(outcome.finite, local_training.all_finite(update))
+      finite = (outcome.finite if update is outcome.delta  # checked in the loop
+                else tf.logical_and(outcome.finite, local_training.all_finite(update)))
       if finite:
         # NUM_EXAMPLES weights by the client's dataset size n_i (paper 000,
         # Alg. 1), not by examples processed: with K steps every client
         # processes ~K*B examples whatever its size. (Per epoch the two are
         # proportional, so TFF's FedAvg weights agree.)
-        weight = (tf.cast(local_training.count_examples(dataset), tf.float32)
+        weight = (tf.cast(local_training.examples_per_pass(dataset, outcome), tf.float32)
                   if client_weighting == tff.learning.ClientWeighting.NUM_EXAMPLES
                   else tf.constant(1.0))
       else:

@@ -105,7 +105,7 @@ def build_statistics_client_work(
       update = outcome.delta
       finite = tf.logical_and(outcome.finite, local_training.all_finite(extra))
       if finite:
-        weight = (tf.cast(local_training.count_examples(dataset), tf.float32)
+        weight = (tf.cast(local_training.examples_per_pass(dataset, outcome), tf.float32)
                   if by_examples else tf.constant(1.0))
       else:
         update = tf.nest.map_structure(tf.zeros_like, update)

@@ -172,20 +172,10 @@ def check_backend(backend: str, workers: Workers = None):
                      '--backend=cpp, not --backend=inprocess')
 
 
-def prepare(backend: str, disable_grappler: bool = False):
-  """Process-wide settings of `backend`; call before TensorFlow runs any op.
-
-  With `disable_grappler`, 'inprocess' turns Grappler off
-  (`inprocess.disable_grappler`; TensorFlow reads it when its eager context
-  starts): each client call then stops re-optimising its dataset-reduce
-  function, which halves the fixed cost of tiny models (quadratic toy) but
-  makes the EMNIST CNN's compute ~1.7x slower (no op fusion), so it is off
-  by default.
-  """
+def prepare(backend: str):
+  """Process-wide settings of `backend`, before TensorFlow runs any op (today
+  only the check that it exists; binaries call it first)."""
   check_backend(backend)
-  if backend == 'inprocess' and disable_grappler:
-    from tff_algos.runtime import inprocess  # pylint: disable=g-import-not-at-top
-    inprocess.disable_grappler()
 
 
 def _wait_ready(address: str, timeout_s: float = 30.0):

@@ -92,6 +92,13 @@ def main(argv):
   except ValueError as e:
     return common.fail(e)
   rounds = 4 if FLAGS.quick else 10
+  phases, started = {}, time.perf_counter()
+
+  def phase_done(name):  # wall seconds of each part of this run, for --quick's budget
+    nonlocal started
+    now = time.perf_counter()
+    phases[name] = round(now - started, 1)
+    started = now
   rng = np.random.default_rng(FLAGS.seed)
   n_clients = 40
   per_client = STEPS * BATCH
@@ -144,15 +151,18 @@ def main(argv):
     # Warm-up (tracing, first-call costs), then the three interleaved, so that
     # the machine's drift (measured: +-30% between minutes on this VM) hits
     # each ratio's numerator and denominator alike; ratios are medians of the
-    # per-repetition ratios.
-    floor_once(), fedavg.time(2), builtin.time(2)
-    times = np.array([(floor_once(), fedavg.time(), builtin.time())
-                      for _ in range(rounds)])
-    floor_s, ours_s, builtin_s = np.median(times, axis=0)
+    # per-repetition ratios. The overhead (a) is the ratio closest to 1, so it
+    # gets twice the repetitions; TFF's built-in (b) runs in every other one.
+    floor_once(), fedavg.time(2), builtin.time(1 if FLAGS.quick else 2)
+    times = np.array([(floor_once(), fedavg.time(), builtin.time() if i % 2 == 0 else np.nan)
+                      for i in range(2 * rounds)])
+    floor_s, ours_s, builtin_s = np.nanmedian(times, axis=0)
     result['seconds_per_round'] = dict(ours_fedavg=ours_s, tff_builtin=builtin_s,
                                        pure_tf_floor=floor_s)
     result['overhead_vs_pure_tf'] = float(np.median(times[:, 1] / times[:, 0]))
-    result['ratio_vs_tff_builtin'] = float(np.median(times[:, 1] / times[:, 2]))
+    result['overhead_repetitions'] = [round(r, 3) for r in times[:, 1] / times[:, 0]]
+    result['ratio_vs_tff_builtin'] = float(np.nanmedian(times[:, 1] / times[:, 2]))
+    phase_done('floor_fedavg_builtin')
 
     # (c) every algorithm of the registry on the same clients, over our FedAvg.
     result['per_algorithm'] = {'fedavg': 1.0}
@@ -188,10 +198,14 @@ def main(argv):
         result['per_algorithm_not_run'][name] = f'{type(e).__name__}: {e}'[:200]
         continue
       result['per_algorithm'][name] = float(np.median(ratios))
+    phase_done('per_algorithm')
 
-    # (d) linear cost in the cohort size.
-    result['scaling'] = {str(m): _Rounds(fedavg.process, data[m]).median(
-        2 if FLAGS.quick else rounds, warmup=1 if FLAGS.quick else 2) for m in (10, 20, 40)}
+    # (d) linear cost in the cohort size (10 clients: FedAvg of (a)).
+    result['scaling'] = {'10': ours_s}
+    for m in (20, 40):
+      result['scaling'][str(m)] = _Rounds(fedavg.process, data[m]).median(
+          1 if FLAGS.quick else rounds, warmup=1 if FLAGS.quick else 2)
+    phase_done('scaling')
 
     # (e) peak memory.
     result['peak_memory_mb'] = dict(
@@ -209,6 +223,8 @@ def main(argv):
     toy_data = [toy.client_dataset(c) for c in toy.client_ids]
     result['fixed_ms_per_round'] = 1000 * _Rounds(toy_alg.process, toy_data).median(
         max(rounds, 10) * 2)
+    phase_done('fixed_cost')
+  result['phase_seconds'] = phases
 
   print(f"backend {result['backend']} on {', '.join(result['devices'])}")
   print(f"our FedAvg {ours_s:.3f} s/round; pure-TF floor {floor_s:.3f} s; "

@@ -135,13 +135,20 @@ def test_inprocess_backend_plain_tensorflow_and_federated_calls():
     assert squares([1.0, 2.0, 3.0]) == [1.0, 4.0, 9.0]
 
 
-def test_inprocess_batched_client_calls_keep_order_and_fresh_variables():
+@pytest.mark.parametrize('traceable', [True, False])
+def test_inprocess_batched_client_calls_keep_order_and_fresh_variables(traceable, monkeypatch):
   """federated_map / federated_aggregate run many clients per TensorFlow call.
 
   The clients of one map share the imported graph's variables, so each call
   must run after the previous one and after its own initialisation; the
   accumulator must see the clients in order. 20 clients: chunks of 16 and 4.
+  traceable=False: the same through the eager per-client fallback that graphs
+  TensorFlow cannot trace into a function take (seen once, with graphs the
+  native compiler's static Grappler pass had rewritten).
   """
+  from tff_algos.runtime import inprocess
+  if not traceable:
+    monkeypatch.setattr(inprocess, '_strict', lambda pruned, signature: None)
   with backend(backend='inprocess') as ctx, \
       context_stack_impl.context_stack.install(ctx.context):
 

@@ -41,6 +41,7 @@ from __future__ import annotations
 import itertools
 from typing import Callable, Optional
 
+from absl import logging
 import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
@@ -198,7 +199,11 @@ class _TensorFlowFunction:
       if not self._batchable:
         raise tf.errors.InternalError(None, None, 'not traceable')
       concrete = tf.function(body, autograph=False).get_concrete_function(*signature)
-    except tf.errors.InternalError:  # see `_strict`: the same, one level up
+    except tf.errors.InternalError as e:  # see `_strict`: the same, one level up
+      if not self._chunks:  # once per computation
+        logging.warning('In-process backend: a computation of type %s cannot be traced '
+                        'into a batched call (%s); it runs eagerly, one call per client.',
+                        self._result_type, str(e).splitlines()[0][:200])
       fn = self._chunks[key] = self._eager_chunk(kind, size)
       return fn
     captured = concrete.captured_inputs

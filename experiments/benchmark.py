@@ -117,7 +117,8 @@ def main(argv):
   sgd = optimizers.OptimizerSpec('sgd', 0.1)
   result = {}
 
-  result['backend'] = runtime_flags.backend() + (f' workers={FLAGS.workers}' if FLAGS.workers else '')
+  result['backend'] = runtime_flags.backend() + (
+      f' workers={runtime_flags.workers()}' if runtime_flags.workers() else '')
   result['devices'] = [d.name for d in tf.config.list_logical_devices()]
   with runtime_flags.managed_context() as ctx:
     # (a) the compute floor: 100 SGD steps in one tf.function, no TFF.

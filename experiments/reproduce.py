@@ -138,8 +138,8 @@ def binary_argv(exp: base.Experiment, scale: str, out_dir: str) -> list[str]:
   values[BINARY_OUTPUT_FLAG.get(spec.module, 'output_dir')] = out_dir
   values.setdefault('progress', False)
   values.setdefault('backend', runtime_flags.backend())  # every binary has --backend
-  if FLAGS.workers:
-    values.setdefault('workers', FLAGS.workers)
+  if runtime_flags.workers():
+    values.setdefault('workers', runtime_flags.workers())
   return [sys.executable, '-m', spec.module] + [
       f'--{k}={_flag_str(v)}' for k, v in values.items()]
 

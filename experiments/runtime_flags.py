@@ -26,25 +26,35 @@ flags.DEFINE_string('workers', None, "cpp backend: split each round's clients ov
 FLAGS = flags.FLAGS
 
 
+def workers():
+  """--workers (its default when flags are not parsed: library callers, tests)."""
+  return FLAGS['workers'].value
+
+
 def backend() -> str:
-  """--backend, where --workers without an explicit --backend means 'cpp'."""
-  if FLAGS.workers and not FLAGS['backend'].present:
+  """--backend, where --workers without an explicit --backend means 'cpp'.
+
+  Read through the flag objects, so that library callers (e.g.
+  `reproduce.run_experiment` from a test) get the defaults instead of absl's
+  UnparsedFlagAccessError.
+  """
+  if workers() and not FLAGS['backend'].present:
     return 'cpp'
-  return FLAGS.backend
+  return FLAGS['backend'].value
 
 
 def check() -> None:
   """ValueError for a bad --backend/--workers combination (starts nothing)."""
   from tff_algos import runtime  # pylint: disable=g-import-not-at-top
-  runtime.check_backend(backend(), FLAGS.workers)
+  runtime.check_backend(backend(), workers())
 
 
 def values() -> dict:
-  return dict(backend=backend(), workers=FLAGS.workers)
+  return dict(backend=backend(), workers=workers())
 
 
 def managed_context():
   """The chosen backend as TFF's default context, stopped on every way out."""
   from tff_algos import runtime  # pylint: disable=g-import-not-at-top
   runtime.prepare(backend())
-  return runtime.managed_context(backend=backend(), workers=FLAGS.workers)
+  return runtime.managed_context(backend=backend(), workers=workers())

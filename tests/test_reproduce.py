@@ -139,6 +139,10 @@ def test_smoke_run_writes_result_table_plot(tmp_path):
 
 
 def test_binary_argv_and_lookup(tmp_path):
+  # As a library call from a fresh process: absl flags not parsed (it used to
+  # raise UnparsedFlagAccessError reading --workers, depending on test order).
+  from absl import flags
+  flags.FLAGS.unparse_flags()
   exp = base.Experiment(name='decaying_k_toy', paper='', ref='', description='',
                         runner=base.Binary('experiments.quadratic_toy', {'rounds': 3000},
                                            {'rounds': 5, 'runs': ['const_k10', 'decay_k']}))

@@ -13,9 +13,10 @@ and reports what the algorithms of this library are built from:
 * `grad_sum`    sum_k theta_k g_k of the RAW minibatch gradients, for a step
                 weight vector Theta (LocalUpdate, paper 002), if asked for;
 * `num_examples`, `num_steps` counts, and the model's metric state;
-* `pass_examples`: the examples in ONE pass of the dataset (the client's n_i,
-  FedAvg's weight), read off the loop when it covered a whole first pass of a
-  dataset of known cardinality, else counted by `examples_per_pass`.
+* `first_pass_examples` / `first_pass_complete`: the examples of the loop's
+  first pass over the dataset, and whether that pass was whole; from them
+  `examples_per_pass` gives the client's n_i (FedAvg's weight) without a
+  second pass when it can, and counts it otherwise.
 
 Algorithms change the local objective through `correction_fn(weights, grads)`
 (e.g. a proximal or control-variate term) instead of copying this loop.

@@ -136,11 +136,8 @@ def main(argv):
 
     floor_loop()  # traced before TFF builds Keras models in graphs of its own
 
-    def ours_fedavg():
-      return fedopt.build_fedopt(task.model_fn, fedopt.FedOptConfig(
-          client_optimizer=sgd, local_steps=STEPS))
-
-    fedavg = _Rounds(ours_fedavg().process, data[10])
+    fedavg = _Rounds(fedopt.build_fedopt(task.model_fn, fedopt.FedOptConfig(
+        client_optimizer=sgd, local_steps=STEPS)).process, data[10])
     builtin = _Rounds(tff.learning.algorithms.build_weighted_fed_avg(
         task.model_fn, client_optimizer_fn=sgd.build(),
         server_optimizer_fn=optimizers.OptimizerSpec('sgd', 1.0).build()), data[10])

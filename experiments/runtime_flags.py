@@ -56,5 +56,4 @@ def values() -> dict:
 def managed_context():
   """The chosen backend as TFF's default context, stopped on every way out."""
   from tff_algos import runtime  # pylint: disable=g-import-not-at-top
-  runtime.prepare(backend())
   return runtime.managed_context(backend=backend(), workers=workers())

@@ -84,8 +84,7 @@ def mean_gradient(model: tff.learning.models.VariableModel, weights,
     total, count = carry
     with tf.GradientTape() as tape:
       output = model.forward_pass(batch, training=True)
-    n = (tf.shape(output.predictions, out_type=tf.int64)[0]
-         if output.num_examples is None else tf.cast(output.num_examples, tf.int64))
+    n = local_training.batch_examples(output)
     grads = tape.gradient(output.loss, trainable)
     return tuple(t + g * tf.cast(n, g.dtype) for t, g in zip(total, grads)), count + n
 

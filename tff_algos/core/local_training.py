@@ -111,6 +111,15 @@ def all_finite(structure) -> tf.Tensor:
                         for t in tf.nest.flatten(structure)])
 
 
+def batch_examples(output: tff.learning.models.BatchOutput) -> tf.Tensor:
+  """Examples in the batch of a `forward_pass` output (int64): its
+  `num_examples`, or the leading size of its predictions when the model
+  does not report one."""
+  if output.num_examples is None:
+    return tf.shape(output.predictions, out_type=tf.int64)[0]
+  return tf.cast(output.num_examples, tf.int64)
+
+
 def assign_weights(model: tff.learning.models.VariableModel, weights) -> None:
   """Assigns a `ModelWeights`-like structure to the model's variables."""
   variables = tff.learning.models.ModelWeights.from_model(model)
@@ -181,10 +190,7 @@ def run_local_training(
     opt_state, new_weights = optimizer.next(opt_state, tuple(trainable), grads)
     for v, w in zip(trainable, new_weights):
       v.assign(w)
-    if output.num_examples is None:
-      n = tf.shape(output.predictions, out_type=tf.int64)[0]
-    else:
-      n = tf.cast(output.num_examples, tf.int64)
+    n = batch_examples(output)
     first_pass += tf.where(tf.cast(steps, tf.int64) < pass_batches, n, 0)
     return opt_state, grad_sum, num_examples + n, first_pass, steps + 1
 
@@ -223,8 +229,7 @@ def mean_loss(model: tff.learning.models.VariableModel, weights: Any,
   def add(carry, batch):
     total, count = carry
     output = model.forward_pass(batch, training=False)
-    n = (tf.shape(output.predictions, out_type=tf.int64)[0]
-         if output.num_examples is None else tf.cast(output.num_examples, tf.int64))
+    n = batch_examples(output)
     return (total + tf.cast(output.loss, tf.float64) * tf.cast(n, tf.float64),
             count + n)
 

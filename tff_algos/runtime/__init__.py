@@ -1,5 +1,4 @@
 """Execution contexts and their lifecycle."""
 
 from tff_algos.runtime.context import (BACKENDS, ManagedContext, active, check_backend, install,
-                                      managed_context, parse_workers, prepare,
-                                      shutdown)
+                                      managed_context, parse_workers, shutdown)

@@ -172,12 +172,6 @@ def check_backend(backend: str, workers: Workers = None):
                      '--backend=cpp, not --backend=inprocess')
 
 
-def prepare(backend: str):
-  """Process-wide settings of `backend`, before TensorFlow runs any op (today
-  only the check that it exists; binaries call it first)."""
-  check_backend(backend)
-
-
 def _wait_ready(address: str, timeout_s: float = 30.0):
   """Fails clearly when a worker given by address does not answer."""
   channel = grpc.insecure_channel(address, _GRPC_OPTIONS)

@@ -142,8 +142,7 @@ class _TensorFlowFunction:
     flat = []
     if self._parameter_type is not None:
       _flatten(arg, self._parameter_type, flat)
-      flat = [v if isinstance(v, tf.Tensor) else tf.convert_to_tensor(v, dtype=d)
-              for v, d in zip(flat, self._dtypes)]
+      flat = _tensors(flat, self._dtypes)
     if self._token is not None:
       flat.append(self._token)
     return flat
@@ -259,9 +258,13 @@ class _TensorFlowFunction:
       for v in values:  # not a plain accumulator: one call each
         acc = self(structure.Struct([(None, acc), (None, v)]))
       return acc
-    flat_acc = [t if isinstance(t, tf.Tensor) else tf.convert_to_tensor(t, dtype=d)
-                for t, d in zip(flat_acc, self._dtypes)]
-    flats = [self._flat(structure.Struct([(None, acc), (None, v)]))[n_acc:] for v in values]
+    flat_acc = _tensors(flat_acc, self._dtypes)
+    value_type, value_dtypes = self._parameter_type[1], self._dtypes[n_acc:]
+    flats = []
+    for v in values:
+      flat = []
+      _flatten(v, value_type, flat)
+      flats.append(_tensors(flat, value_dtypes))
     for start, size in _chunks(len(flats)):
       flat_acc = list(self._chunk('fold', size)(
           *flat_acc, *[t for flat in flats[start:start + size] for t in flat]))
@@ -284,7 +287,9 @@ def _strict(pruned, signature):
   except tf.errors.InternalError:
     # Tracing a call of some imported graphs fails in TensorFlow's shape
     # inference of their v1 loops ("Missing src context", seen with a
-    # LocalUpdateDecay computation); such graphs are called eagerly as pruned.
+    # LocalUpdateDecay graph after the native compiler's static Grappler pass,
+    # which `compile_for_inprocess` no longer runs); such graphs are called
+    # eagerly as pruned.
     return None
 
 
@@ -343,6 +348,12 @@ def _flatten(value, type_spec, out: list):
     out.append(value._variant_tensor)  # pylint: disable=protected-access
   else:
     out.append(value)
+
+
+def _tensors(values: list, dtypes: list) -> list:
+  """`values` as tensors of `dtypes` (tensors are passed through)."""
+  return [v if isinstance(v, tf.Tensor) else tf.convert_to_tensor(v, dtype=d)
+          for v, d in zip(values, dtypes)]
 
 
 def _assemble(outputs, type_spec):

@@ -99,6 +99,42 @@ def test_inprocess_backend_equals_cpp_backend(task, client_data):
   assert max(np.abs(x - y).max() for x, y in zip(init, moved)) > 1e-2
 
 
+def test_inprocess_round_is_one_traced_tensorflow_call(task, client_data, monkeypatch):
+  """After the first round, a round is one call of a traced tf.function.
+
+  Nothing is interpreted per round (no eager chunk calls, no new traces); a
+  new cohort size traces once more, and its rounds equal the C++ worker's.
+  """
+  from tff_algos.runtime import inprocess
+  counts = {'chunk': 0, 'trace': 0}
+
+  def counted(name, fn):
+    def wrapper(*args, **kwargs):
+      counts[name] += 1
+      return fn(*args, **kwargs)
+    return wrapper
+
+  monkeypatch.setattr(inprocess._TensorFlowFunction, '_chunk',  # pylint: disable=protected-access
+                      counted('chunk', inprocess._TensorFlowFunction._chunk))  # pylint: disable=protected-access
+  monkeypatch.setattr(inprocess._Traced, '_trace',  # pylint: disable=protected-access
+                      counted('trace', inprocess._Traced._trace))  # pylint: disable=protected-access
+  process = fedavg(task).process
+  with backend(backend='inprocess') as ctx, \
+      context_stack_impl.context_stack.install(ctx.context):
+    state = process.next(process.initialize(), client_data).state
+    assert counts['trace'] == 2  # initialize, next
+    counts.update(chunk=0, trace=0)
+    for _ in range(2):
+      state = process.next(state, client_data).state
+    assert counts == {'chunk': 0, 'trace': 0}
+    state = process.next(state, client_data[:3]).state
+    assert counts == {'chunk': 0, 'trace': 1}
+  cpp_state = process.initialize()
+  for data in (client_data,) * 3 + (client_data[:3],):
+    cpp_state = process.next(cpp_state, data).state
+  assert_same(state, cpp_state)
+
+
 def test_inprocess_backend_plain_tensorflow_and_federated_calls():
   with backend(backend='inprocess') as ctx, \
       context_stack_impl.context_stack.install(ctx.context):
@@ -135,19 +171,23 @@ def test_inprocess_backend_plain_tensorflow_and_federated_calls():
     assert squares([1.0, 2.0, 3.0]) == [1.0, 4.0, 9.0]
 
 
-@pytest.mark.parametrize('traceable', [True, False])
-def test_inprocess_batched_client_calls_keep_order_and_fresh_variables(traceable, monkeypatch):
+@pytest.mark.parametrize('mode', ['traced', 'chunked', 'eager'])
+def test_inprocess_batched_client_calls_keep_order_and_fresh_variables(mode, monkeypatch):
   """federated_map / federated_aggregate run many clients per TensorFlow call.
 
   The clients of one map share the imported graph's variables, so each call
   must run after the previous one and after its own initialisation; the
-  accumulator must see the clients in order. 20 clients: chunks of 16 and 4.
-  traceable=False: the same through the eager per-client fallback that graphs
-  TensorFlow cannot trace into a function take (seen once, with graphs the
-  native compiler's static Grappler pass had rewritten).
+  accumulator must see the clients in order. Three ways of running them:
+  traced: the whole call traced into one tf.function (the default);
+  chunked: interpreted call by call, 20 clients in chunks of 16 and 4;
+  eager: one client at a time, the fallback for graphs TensorFlow cannot
+  trace into a function (seen once, with graphs the native compiler's static
+  Grappler pass had rewritten): the whole-call trace gives up, then chunks.
   """
   from tff_algos.runtime import inprocess
-  if not traceable:
+  if mode == 'chunked':  # no whole-call traces
+    monkeypatch.setattr(inprocess._Traced, '_MAX_TRACES', 0)  # pylint: disable=protected-access
+  if mode == 'eager':  # whole-call tracing fails, as do chunks
     monkeypatch.setattr(inprocess, '_strict', lambda pruned, signature: None)
   with backend(backend='inprocess') as ctx, \
       context_stack_impl.context_stack.install(ctx.context):

@@ -21,10 +21,13 @@ rewrites of the TensorFlow graphs (`compile_for_inprocess`), and interprets it:
 * intrinsics are interpreted as in TFF's C++ `FederatingExecutor`; in
   particular `federated_aggregate` folds `accumulate` over the clients in
   order, then applies `report` (no `merge`);
-* a `federated_map` of a TensorFlow computation, and an aggregation's
-  `accumulate` fold, run up to 16 clients in ONE TensorFlow call (a traced
-  function calling the computation once per client, in order): per-call
-  dispatch, not TensorFlow work, was most of a round on small models.
+* a whole call (e.g. one round of a learning process) is interpreted once,
+  while a `tf.function` is traced, and is then ONE TensorFlow call per round
+  (`_Traced`; traced again for a new cohort size): Python interpretation and
+  per-call dispatch, not TensorFlow work, were most of a round on small models;
+* computations that cannot be traced that way are interpreted call by call,
+  with a `federated_map` of a TensorFlow computation, and an aggregation's
+  `accumulate` fold, still run up to 16 clients per TensorFlow call.
 
 Where the time of a round goes, and what each of these choices bought, is in
 docs/performance.md.
@@ -39,6 +42,7 @@ placed on GPU k mod #GPUs; with one, TensorFlow places it on that GPU.
 from __future__ import annotations
 
 import itertools
+import weakref
 from typing import Callable, Optional
 
 from absl import logging
@@ -83,13 +87,14 @@ class _Fed:
 class _TensorFlowFunction:
   """A TFF TensorFlow computation imported into this process's TensorFlow.
 
-  `__call__` runs it once. `map` (federated_map over clients) and `fold`
-  (federated_aggregate's accumulate) run it on many arguments in one
-  TensorFlow call per chunk of up to `_MAX_CHUNK` clients: one call per client
-  cost ~0.3 ms of dispatch each, most of a round when models are small.
-  Calls within a chunk run one after the other (each after the previous call
-  and its own initialisation have finished), as they share the imported
-  graph's variables.
+  `__call__` runs it once, `map` (federated_map over clients) and `fold`
+  (federated_aggregate's accumulate) on many arguments. While a whole call is
+  traced (`_Traced`), each adds call ops to that graph. Otherwise (eagerly)
+  `map` and `fold` make one TensorFlow call per chunk of up to `_MAX_CHUNK`
+  clients: one call per client cost ~0.3 ms of dispatch each, most of a round
+  when models are small. Either way its calls run one after the other (each
+  after the previous call and its own initialisation have finished), as they
+  share the imported graph's variables.
   """
 
   def __init__(self, proto: pb.Computation, type_signature: computation_types.FunctionType):
@@ -135,6 +140,7 @@ class _TensorFlowFunction:
     if not self._batchable:
       self._pruned, self._pruned_init = pruned, pruned_init
     self._chunks: dict = {}
+    self._graph, self._graph_deps = None, {}  # calls traced so far into one graph
 
   # -- arguments and results
 
@@ -235,11 +241,36 @@ class _TensorFlowFunction:
       return acc
     return fold
 
+  # -- inside a traced whole computation (`_Traced`): a call op per call
+
+  def _traced_call(self, flat, device=None):
+    """Adds one call to the graph being traced, after this function's last one.
+
+    Calls on one device are chained by control edges (they share the imported
+    graph's variables, see `_strict`); calls of other computations are not,
+    and TensorFlow may overlap them with these.
+    """
+    if not self._batchable:
+      raise _NotTraceable('a TensorFlow computation cannot be traced into a function')
+    graph = tf.compat.v1.get_default_graph()
+    if self._graph is None or self._graph() is not graph:
+      self._graph, self._graph_deps = weakref.ref(graph), {}
+    with tf.device(device):
+      outputs, self._graph_deps[device] = self._call_in_graph(
+          flat, self._graph_deps.get(device, []))
+    return outputs
+
   def __call__(self, arg=None):
+    if not tf.executing_eagerly():
+      return self._result(self._traced_call(self._flat(arg)))
     return self._result(self._chunk('map', 1)(*self._flat(arg)))
 
   def map(self, args: list, devices: tuple = ()) -> list:
     """[self(a) for a in args], in order, in few TensorFlow calls."""
+    if not tf.executing_eagerly():
+      return [self._result(self._traced_call(
+          self._flat(a), devices[k % len(devices)] if devices else None))
+              for k, a in enumerate(args)]
     flats = [self._flat(a) for a in args]
     results, n_out = [], self._num_outputs
     for start, size in _chunks(len(flats)):
@@ -254,8 +285,9 @@ class _TensorFlowFunction:
     flat_acc = []
     _flatten(acc, acc_type, flat_acc)
     n_acc = len(flat_acc)
-    if n_acc != self._num_outputs or self._token is not None:
-      for v in values:  # not a plain accumulator: one call each
+    if (n_acc != self._num_outputs or self._token is not None
+        or not tf.executing_eagerly()):
+      for v in values:  # traced, or not a plain accumulator: one call each
         acc = self(structure.Struct([(None, acc), (None, v)]))
       return acc
     flat_acc = _tensors(flat_acc, self._dtypes)
@@ -414,7 +446,8 @@ class _Interpreter:
     key = id(comp)
     entry = self.tf_functions.get(key)
     if entry is None:
-      entry = (comp, _TensorFlowFunction(comp.proto, comp.type_signature))
+      with tf.init_scope():  # imported eagerly, also when met while tracing
+        entry = (comp, _TensorFlowFunction(comp.proto, comp.type_signature))
       self.tf_functions[key] = entry
     return entry[1]
 
@@ -554,6 +587,133 @@ def _feds(x):
       yield from _feds(e[1])
 
 
+# ------------------------------------------------------ whole-call tracing --
+
+
+class _NotTraceable(Exception):
+  """This computation is interpreted call by call instead (see `_Traced`)."""
+
+
+class _Variant:
+  """A dataset inside a traced computation: `_flatten` needs only its variant."""
+  __slots__ = ('_variant_tensor',)
+
+  def __init__(self, variant):
+    self._variant_tensor = variant
+
+
+_TENSOR, _DATASET = object(), object()
+
+
+def _pack(value, leaves: list, key: list, traced: bool = False):
+  """`value` as a template: its tensors (datasets' variants) moved to `leaves`.
+
+  `key` receives what identifies the template (placements, cardinalities,
+  names, dtypes, shapes). With `traced`, `value` is a result being traced:
+  a dataset there cannot leave the graph, and the computation is not traced.
+  """
+  if isinstance(value, _Fed):
+    key.append((value.placement.uri, value.all_equal,
+                None if value.all_equal else len(value.value)))
+    inner = (_pack(value.value, leaves, key, traced) if value.all_equal
+             else [_pack(v, leaves, key, traced) for v in value.value])
+    return _Fed(value.placement, inner, value.all_equal)
+  if isinstance(value, structure.Struct):
+    elements = structure.to_elements(value)
+    key.append(tuple(name for name, _ in elements))
+    return structure.Struct([(name, _pack(v, leaves, key, traced)) for name, v in elements])
+  if isinstance(value, tf.Tensor):
+    leaves.append(value)
+    key.append((value.dtype, tuple(value.shape)))
+    return _TENSOR
+  if isinstance(value, tf.data.Dataset) and not traced:
+    leaves.append(value._variant_tensor)  # pylint: disable=protected-access
+    key.append('dataset')
+    return _DATASET
+  raise _NotTraceable(f'a value of type {type(value).__name__}')
+
+
+def _unpack(template, leaves):
+  """`_pack`'s inverse, from an iterator over the leaves."""
+  if template is _TENSOR:
+    return next(leaves)
+  if template is _DATASET:
+    return _Variant(next(leaves))
+  if isinstance(template, _Fed):
+    inner = (_unpack(template.value, leaves) if template.all_equal
+             else [_unpack(v, leaves) for v in template.value])
+    return _Fed(template.placement, inner, template.all_equal)
+  return structure.Struct([(name, _unpack(v, leaves))
+                           for name, v in structure.iter_elements(template)])
+
+
+class _Traced:
+  """Whole computations, each traced once per argument shape into one tf.function.
+
+  Interpreting a round call by call cost ~10 ms of Python and ~17 TensorFlow
+  dispatches on FedAvg. Here the interpreter runs once, while a tf.function is
+  traced: every TensorFlow computation it meets becomes a call op of that
+  function (`_TensorFlowFunction._traced_call`), federated values are Python
+  lists of symbolic tensors, and later calls with arguments of the same
+  template (cohort size, dtypes, shapes) are one TensorFlow call. Independent
+  work (e.g. one client's weighting next to the next client's training) may
+  then overlap. A computation that cannot be traced (a graph TensorFlow cannot
+  call from a function, a dataset in the result) is interpreted call by call.
+  """
+
+  _MAX_TRACES = 16  # per computation (cohort sizes, shapes); beyond, eager
+
+  def __init__(self):
+    self._functions: dict = {}  # (id(block), #clients, key) -> (block, concrete or None)
+    self._counts: dict = {}     # id(block) -> (block, number of traces)
+    self.traces = 0             # functions traced, and calls interpreted
+    self.eager_calls = 0        # call by call instead (for tests)
+
+  def call(self, interpreter: '_Interpreter', block: bb.Lambda, arg):
+    leaves, key = [], []
+    template = _pack(arg, leaves, key) if arg is not None else None
+    cache_key = (id(block), interpreter.num_clients, tuple(key))
+    entry = self._functions.get(cache_key)
+    if entry is None or entry[0] is not block:
+      entry = (block, self._trace(interpreter, block, template, leaves))
+      self._functions[cache_key] = entry
+    concrete = entry[1]
+    if concrete is None:
+      self.eager_calls += 1
+      fn = interpreter.eval(block, None)
+      return fn() if arg is None else fn(arg)
+    outputs = concrete._call_flat(leaves, concrete.captured_inputs)  # pylint: disable=protected-access
+    return _unpack(concrete.result_template, iter(outputs))
+
+  def _trace(self, interpreter, block, template, leaves):
+    count = self._counts.get(id(block))
+    n = count[1] if count is not None and count[0] is block else 0
+    if n >= self._MAX_TRACES:
+      return None
+    self._counts[id(block)] = (block, n + 1)
+    result_template = []
+
+    def body(*flat):
+      fn = interpreter.eval(block, None)
+      result = fn() if template is None else fn(_unpack(template, iter(flat)))
+      outputs = []
+      result_template.append(_pack(result, outputs, [], traced=True))
+      return outputs
+
+    signature = [tf.TensorSpec(t.shape, t.dtype) for t in leaves]
+    try:
+      concrete = tf.function(body, autograph=False).get_concrete_function(*signature)
+    except (_NotTraceable, tf.errors.InternalError) as e:
+      logging.warning('In-process backend: a computation of type %s is interpreted '
+                      'call by call, not traced as a whole (%s).',
+                      block.type_signature, str(e).splitlines()[0][:200])
+      self._counts[id(block)] = (block, self._MAX_TRACES)  # not again
+      return None
+    concrete.result_template = result_template[0]
+    self.traces += 1
+    return concrete
+
+
 # ---------------------------------------------------------------- executor --
 
 
@@ -600,8 +760,9 @@ def _materialise(value):
 
 class _Value(executor_value_base.ExecutorValue):
 
-  def __init__(self, value, type_spec):
+  def __init__(self, value, type_spec, block=None):
     self._value, self._type = value, type_spec
+    self.block = block  # the computation's building block, for functions
 
   @property
   def type_signature(self):
@@ -622,16 +783,19 @@ class InProcessExecutor(executor_base.Executor):
     # Building blocks and imported TF functions are shared by all cohort sizes.
     self._cache = cache.setdefault('computations', {})
     self._interpreter = _Interpreter(num_clients, devices, cache.setdefault('tf', {}))
+    self._traced = cache.setdefault('traced', _Traced())
 
   def close(self):
     pass
 
   async def create_value(self, value, type_spec=None):
     if isinstance(value, (computation_impl.ConcreteComputation, pb.Computation)):
-      return _Value(self._function(value), type_spec)
+      block = self._block(value)
+      return _Value(self._interpreter.eval(block, None), type_spec,
+                    block if isinstance(block, bb.Lambda) else None)
     return _Value(_ingest(value, type_spec), type_spec)
 
-  def _function(self, comp):
+  def _block(self, comp):
     key = id(comp)
     entry = self._cache.get(key)
     if entry is None or entry[0] is not comp:
@@ -640,11 +804,15 @@ class InProcessExecutor(executor_base.Executor):
       block = bb.ComputationBuildingBlock.from_proto(proto)
       entry = (comp, block)
       self._cache[key] = entry
-    return self._interpreter.eval(entry[1], None)
+    return entry[1]
 
   async def create_call(self, comp, arg=None):
-    fn = comp.reference
-    result = fn() if arg is None else fn(arg.reference)
+    if comp.block is not None:  # a whole computation: one traced TensorFlow call
+      result = self._traced.call(self._interpreter, comp.block,
+                                 None if arg is None else arg.reference)
+    else:
+      fn = comp.reference
+      result = fn() if arg is None else fn(arg.reference)
     return _Value(result, comp.type_signature.result)
 
   async def create_struct(self, elements):

@@ -51,7 +51,11 @@ def test_local_update_decay_figure_pipeline(tmp_path):
 def test_benchmark_prints_the_ratio_json():
   _, js = run_module('experiments.benchmark', '--quick', progress_flag=False)
   assert set(js) >= {'overhead_vs_pure_tf', 'ratio_vs_tff_builtin', 'per_algorithm',
-                     'scaling', 'fixed_ms_per_round'}
+                     'scaling', 'fixed_ms_per_round', 'pure_tf_per_client_vs_floor',
+                     'overhead_vs_pure_tf_per_client'}
+  # (a) splits into its two parts (medians of different pairs: not exactly).
+  split = js['pure_tf_per_client_vs_floor'] * js['overhead_vs_pure_tf_per_client']
+  assert 0.7 * js['overhead_vs_pure_tf'] < split < 1.4 * js['overhead_vs_pure_tf']
   assert set(js['scaling']) == {'10', '20', '40'}
   assert js['per_algorithm']['fedavg'] == 1.0
   assert all(v > 0 for v in js['per_algorithm'].values())

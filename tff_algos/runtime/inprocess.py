@@ -664,26 +664,28 @@ class _Traced:
   _MAX_TRACES = 16  # per computation (cohort sizes, shapes); beyond, eager
 
   def __init__(self):
-    self._functions: dict = {}  # (id(block), #clients, key) -> (block, concrete or None)
-    self._counts: dict = {}     # id(block) -> (block, number of traces)
-    self.traces = 0             # functions traced, and calls interpreted
-    self.eager_calls = 0        # call by call instead (for tests)
+    # (id(block), #clients, template key) -> (block, (function, result template) or None)
+    self._functions: dict = {}
+    self._counts: dict = {}  # id(block) -> (block, number of templates traced)
 
   def call(self, interpreter: '_Interpreter', block: bb.Lambda, arg):
     leaves, key = [], []
-    template = _pack(arg, leaves, key) if arg is not None else None
-    cache_key = (id(block), interpreter.num_clients, tuple(key))
-    entry = self._functions.get(cache_key)
-    if entry is None or entry[0] is not block:
-      entry = (block, self._trace(interpreter, block, template, leaves))
-      self._functions[cache_key] = entry
-    concrete = entry[1]
-    if concrete is None:
-      self.eager_calls += 1
-      fn = interpreter.eval(block, None)
-      return fn() if arg is None else fn(arg)
-    outputs = concrete._call_flat(leaves, concrete.captured_inputs)  # pylint: disable=protected-access
-    return _unpack(concrete.result_template, iter(outputs))
+    try:
+      template = _pack(arg, leaves, key) if arg is not None else None
+    except _NotTraceable:
+      template, leaves, key = None, None, None
+    if leaves is not None:
+      cache_key = (id(block), interpreter.num_clients, tuple(key))
+      entry = self._functions.get(cache_key)
+      if entry is None or entry[0] is not block:
+        entry = (block, self._trace(interpreter, block, template, leaves))
+        self._functions[cache_key] = entry
+      if entry[1] is not None:
+        concrete, result_template = entry[1]
+        outputs = concrete._call_flat(leaves, concrete.captured_inputs)  # pylint: disable=protected-access
+        return _unpack(result_template, iter(outputs))
+    fn = interpreter.eval(block, None)
+    return fn() if arg is None else fn(arg)
 
   def _trace(self, interpreter, block, template, leaves):
     count = self._counts.get(id(block))
@@ -709,9 +711,7 @@ class _Traced:
                       block.type_signature, str(e).splitlines()[0][:200])
       self._counts[id(block)] = (block, self._MAX_TRACES)  # not again
       return None
-    concrete.result_template = result_template[0]
-    self.traces += 1
-    return concrete
+    return concrete, result_template[0]
 
 
 # ---------------------------------------------------------------- executor --

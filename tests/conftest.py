@@ -1,6 +1,7 @@
 """Test-suite wide TFF runtime: one managed worker, checked dead at the end."""
 
 import os
+import signal
 import time
 
 import psutil
@@ -9,6 +10,16 @@ import pytest
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 
 from tff_algos import runtime  # noqa: E402
+
+
+def default_sigint():
+  """`preexec_fn` for children the tests interrupt: SIGINT as a terminal sends it.
+
+  A shell starts background jobs with SIGINT ignored, and children inherit
+  that; Python then never raises KeyboardInterrupt (seen: the suite run with
+  `&` from a script failed the SIGINT tests).
+  """
+  signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def worker_pids_of(pid: int) -> list[int]:

@@ -10,7 +10,7 @@ import time
 import numpy as np
 import pytest
 
-from conftest import wait_dead, worker_pids_of
+from conftest import default_sigint, wait_dead, worker_pids_of
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BASE = ['--task=digits', '--model=logistic', '--clients_per_round=5',
@@ -121,7 +121,7 @@ def test_killed_run_leaves_no_worker_and_resumes_to_the_same_model(
   env = dict(os.environ, PYTHONPATH=ROOT)
   proc = subprocess.Popen(train_cmd(tmp_path, 'killed', rounds, f'--backend={backend}'),
                           cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          text=True)
+                          text=True, preexec_fn=default_sigint)
   _wait_rows(tmp_path / 'killed' / 'metrics.csv', 5, proc)
   workers = worker_pids_of(proc.pid)
   if backend == 'cpp':

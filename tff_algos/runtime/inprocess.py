@@ -668,26 +668,26 @@ class _Traced:
     self._functions: dict = {}
     self._counts: dict = {}  # id(block) -> (block, number of templates traced)
 
-  def call(self, interpreter: '_Interpreter', block: bb.Lambda, arg):
+  def call(self, num_clients: int, block: bb.Lambda, arg, interpret: Callable):
+    """`interpret(arg)` (the block, interpreted), as one traced call when it can."""
     leaves, key = [], []
     try:
       template = _pack(arg, leaves, key) if arg is not None else None
     except _NotTraceable:
       template, leaves, key = None, None, None
     if leaves is not None:
-      cache_key = (id(block), interpreter.num_clients, tuple(key))
+      cache_key = (id(block), num_clients, tuple(key))
       entry = self._functions.get(cache_key)
       if entry is None or entry[0] is not block:
-        entry = (block, self._trace(interpreter, block, template, leaves))
+        entry = (block, self._trace(block, template, leaves, interpret))
         self._functions[cache_key] = entry
       if entry[1] is not None:
         concrete, result_template = entry[1]
         outputs = concrete._call_flat(leaves, concrete.captured_inputs)  # pylint: disable=protected-access
         return _unpack(result_template, iter(outputs))
-    fn = interpreter.eval(block, None)
-    return fn() if arg is None else fn(arg)
+    return interpret(arg)
 
-  def _trace(self, interpreter, block, template, leaves):
+  def _trace(self, block, template, leaves, interpret):
     count = self._counts.get(id(block))
     n = count[1] if count is not None and count[0] is block else 0
     if n >= self._MAX_TRACES:
@@ -696,8 +696,7 @@ class _Traced:
     result_template = []
 
     def body(*flat):
-      fn = interpreter.eval(block, None)
-      result = fn() if template is None else fn(_unpack(template, iter(flat)))
+      result = interpret(None if template is None else _unpack(template, iter(flat)))
       outputs = []
       result_template.append(_pack(result, outputs, [], traced=True))
       return outputs
@@ -807,12 +806,13 @@ class InProcessExecutor(executor_base.Executor):
     return entry[1]
 
   async def create_call(self, comp, arg=None):
+    fn = comp.reference
+    interpret = lambda a: fn() if a is None else fn(a)
+    arg = None if arg is None else arg.reference
     if comp.block is not None:  # a whole computation: one traced TensorFlow call
-      result = self._traced.call(self._interpreter, comp.block,
-                                 None if arg is None else arg.reference)
+      result = self._traced.call(self._interpreter.num_clients, comp.block, arg, interpret)
     else:
-      fn = comp.reference
-      result = fn() if arg is None else fn(arg.reference)
+      result = interpret(arg)
     return _Value(result, comp.type_signature.result)
 
   async def create_struct(self, elements):

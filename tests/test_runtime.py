@@ -89,3 +89,47 @@ def test_in_process_shutdown_stops_the_worker_and_install_starts_a_new_one():
     return 2 * x
 
   assert double(21) == 42
+
+
+SWALLOWED = textwrap.dedent('''
+    import signal, sys, time
+    import tensorflow as tf, tensorflow_federated as tff
+    from tff_algos import runtime
+    from tff_algos.runtime import context
+    ctx = runtime.install()
+
+    @tff.tensorflow.computation(tf.int32)
+    def add_one(x):
+      return x + 1
+
+    assert add_one(1) == 2
+    print('WORKERS', *ctx.pids, flush=True)
+    try:  # the handler, with its KeyboardInterrupt swallowed (as in a weakref callback)
+      context._on_signal(signal.SIGINT, None)
+    except KeyboardInterrupt:
+      pass
+    t = time.monotonic()
+    try:
+      add_one(1)
+      print('CALL RETURNED', flush=True)
+    except runtime.WorkerStopped:
+      print('STOPPED AFTER', round(time.monotonic() - t, 1), flush=True)
+    try:
+      runtime.raise_if_interrupted()
+    except KeyboardInterrupt:
+      print('INTERRUPTED', flush=True)
+''')
+
+
+def test_a_call_after_a_swallowed_sigint_fails_at_once_instead_of_hanging():
+  # Before: TFF retried the call against the stopped worker for ever.
+  env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL='3')
+  proc = subprocess.run([sys.executable, '-c', SWALLOWED], cwd=ROOT, env=env,
+                        capture_output=True, text=True, timeout=120)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  lines = proc.stdout.splitlines()
+  workers = [int(p) for p in next(l for l in lines if l.startswith('WORKERS')).split()[1:]]
+  assert wait_dead(workers) == []
+  stopped = [l for l in lines if l.startswith('STOPPED AFTER')]
+  assert stopped and float(stopped[0].split()[-1]) < 5.0, proc.stdout
+  assert 'INTERRUPTED' in lines

@@ -43,6 +43,24 @@ def test_same_seed_same_result_other_seed_differs(task, algorithm):
   assert max(np.abs(x - y).max() for x, y in zip(a, c)) > 1e-4
 
 
+def test_a_swallowed_sigint_stops_the_run_before_the_next_round(task, algorithm, tmp_path,
+                                                               monkeypatch):
+  # The SIGINT handler stops the workers, then raises KeyboardInterrupt; Python
+  # swallows it if it lands in e.g. a weakref callback. The flag the handler
+  # leaves must still end the run between rounds, after the round in flight.
+  from tff_algos.runtime import context
+
+  def sigint_during_3(done, state, row):
+    if done == 3:
+      monkeypatch.setattr(context, '_interrupted', 2)
+
+  out = str(tmp_path / 'interrupted')
+  with pytest.raises(KeyboardInterrupt):
+    training.run_training(algorithm, task, config(out), round_callback=sigint_during_3)
+  with open(os.path.join(out, 'metrics.csv')) as f:
+    assert [int(float(r['round'])) for r in csv.DictReader(f)] == [1, 2, 3]
+
+
 def test_interrupted_run_resumes_to_the_same_model(task, algorithm, tmp_path):
   full = training.run_training(algorithm, task, config(str(tmp_path / 'full')))
 

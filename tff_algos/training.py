@@ -34,6 +34,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tasks.base import Task
+from tff_algos import runtime
 from tff_algos.core import accounting
 from tff_algos.core import client_state
 from tff_algos.core import local_training
@@ -291,6 +292,7 @@ def run_training(algorithm: FederatedAlgorithm, task: Task, config: RunConfig,
   t_start = time.perf_counter()
   try:
     for round_num in rounds:
+      runtime.raise_if_interrupted()  # a SIGINT whose KeyboardInterrupt was swallowed
       t0 = time.perf_counter()
       cohort = sample_clients(client_ids, config.clients_per_round, config.seed,
                               round_num)

@@ -42,7 +42,7 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Optional, Sequence, Union
+from typing import Callable, Optional, Sequence, Union
 
 import grpc
 import portpicker
@@ -125,12 +125,24 @@ class Worker:
       self.process.wait()
 
 
-def _stack_factory(address: str):
-  """TFF's executor stack: a `RemoteExecutor` on the worker at `address`."""
+class WorkerStopped(RuntimeError):
+  """A call reached a worker that this process has stopped (not retryable)."""
+
+
+def _stack_factory(address: str, stopped: Callable[[], bool] = lambda: False):
+  """TFF's executor stack: a `RemoteExecutor` on the worker at `address`.
+
+  TFF retries a call whose worker is unreachable, for ever (backoff up to
+  30 s). Once `stopped()` is true the worker is gone on purpose, so a new
+  executor -- which TFF's retry asks for -- raises `WorkerStopped` instead.
+  """
   stub = remote_executor_grpc_stub.RemoteExecutorGrpcStub(
       grpc.insecure_channel(address, _GRPC_OPTIONS))
 
   def stack_fn(cardinalities):
+    if stopped():
+      raise WorkerStopped(f'the TFF worker at {address} was stopped (shutdown or '
+                          'interrupt); install a new context to go on')
     if cardinalities.get(tff.CLIENTS) is None:
       cardinalities[tff.CLIENTS] = 0
     ex = remote_executor.RemoteExecutor(stub)
@@ -213,10 +225,11 @@ def _fix_mergeable_client_order():
     module._invoke_after_merge_in_async_pool = _after_merge_in_client_order  # pylint: disable=protected-access
 
 
-def _native_context(address: str, sync: bool = True):
+def _native_context(address: str, sync: bool = True,
+                    stopped: Callable[[], bool] = lambda: False):
   cls = (sync_execution_context.SyncExecutionContext if sync
          else async_execution_context.AsyncExecutionContext)
-  return cls(executor_fn=_stack_factory(address),
+  return cls(executor_fn=_stack_factory(address, stopped),
              compiler_fn=native_compiler.desugar_and_transform_to_native,
              transform_args=tensorflow_computation.transform_args,
              transform_result=tensorflow_computation.transform_result)
@@ -250,20 +263,24 @@ class ManagedContext:
       self.close()
       raise
     if workers is None:
-      self.context = _native_context(self.addresses[0])
+      self.context = _native_context(self.addresses[0], stopped=self._is_closed)
     else:
       # TFF's multi-worker execution: each call's clients are split into one
       # subround per worker; partial aggregates are merged, then `after_merge`
       # (whose CLIENTS results we keep in client order: see above).
       _fix_mergeable_client_order()
       self.context = mergeable_comp_execution_context.MergeableCompExecutionContext(
-          async_contexts=[_native_context(a, sync=False) for a in self.addresses],
+          async_contexts=[_native_context(a, sync=False, stopped=self._is_closed)
+                          for a in self.addresses],
           compiler_fn=mergeable_comp_compiler.compile_to_mergeable_comp_form,
           transform_result=tensorflow_computation.transform_result)
 
   @property
   def pids(self) -> list[int]:
     return [w.pid for w in self.workers]
+
+  def _is_closed(self) -> bool:
+    return self._closed
 
   def close(self):
     if self._closed:
@@ -276,6 +293,10 @@ class ManagedContext:
 _lock = threading.RLock()  # re-entrant: a signal may arrive inside install()
 _active: Optional[ManagedContext] = None
 _previous_handlers: dict[int, object] = {}
+# The SIGINT that stopped the workers. Python may swallow the KeyboardInterrupt
+# raised by the handler (e.g. when it lands in a weakref callback), so a run
+# also asks `raise_if_interrupted()` between rounds.
+_interrupted: Optional[int] = None
 
 
 def _shutdown():
@@ -287,6 +308,9 @@ def _shutdown():
 
 
 def _on_signal(signum, frame):
+  global _interrupted
+  if signum == signal.SIGINT:
+    _interrupted = signum
   _shutdown()
   previous = _previous_handlers.get(signum)
   if callable(previous):
@@ -317,9 +341,10 @@ atexit.register(_shutdown)
 def install(max_concurrent_computation_calls: int = -1, backend: str = 'cpp',
             workers: Workers = None) -> ManagedContext:
   """Makes a managed context TFF's default; idempotent (the running one is kept)."""
-  global _active
+  global _active, _interrupted
   with _lock:
     if _active is None:
+      _interrupted = None
       _active = ManagedContext(max_concurrent_computation_calls, backend, workers)
       context_stack_impl.context_stack.set_default_context(_active.context)
     elif (_active.backend, _active.requested_workers) != (backend, parse_workers(workers)):
@@ -328,6 +353,12 @@ def install(max_concurrent_computation_calls: int = -1, backend: str = 'cpp',
     ctx = _active
   _install_handlers()
   return ctx
+
+
+def raise_if_interrupted():
+  """Raises KeyboardInterrupt if a SIGINT stopped the context (even a swallowed one)."""
+  if _interrupted is not None:
+    raise KeyboardInterrupt(f'interrupted by signal {_interrupted}')
 
 
 def active() -> Optional[ManagedContext]:

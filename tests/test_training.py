@@ -34,6 +34,20 @@ def weights(result):
   return [np.asarray(w) for w in result.model_weights.trainable]
 
 
+def tensorboard_steps(tb_dir, tag) -> dict[int, float]:
+  """step -> value of scalar `tag` over all event files; a repeated step fails."""
+  import glob
+  import tensorflow as tf
+  steps = {}
+  for path in glob.glob(os.path.join(tb_dir, '**', 'events.*'), recursive=True):
+    for event in tf.compat.v1.train.summary_iterator(path):
+      for value in event.summary.value:
+        if value.tag == tag:
+          assert event.step not in steps, f'step {event.step} of {tag} logged twice'
+          steps[event.step] = float(tf.make_ndarray(value.tensor))
+  return steps
+
+
 def test_same_seed_same_result_other_seed_differs(task, algorithm):
   a = weights(training.run_training(algorithm, task, config(None)))
   b = weights(training.run_training(algorithm, task, config(None)))
@@ -67,13 +81,13 @@ def test_interrupted_run_resumes_to_the_same_model(task, algorithm, tmp_path):
   class Crash(Exception):
     pass
 
-  def crash_at_5(done, state, row):
-    if done == 5:
+  def crash_in_6(done, state, row):
+    if done == 6:
       raise Crash()
 
   out = str(tmp_path / 'crashed')
   with pytest.raises(Crash):
-    training.run_training(algorithm, task, config(out), round_callback=crash_at_5)
+    training.run_training(algorithm, task, config(out), round_callback=crash_in_6)
   resumed = training.run_training(algorithm, task, config(out))
   assert resumed.resumed_from == 4  # the last checkpoint before the crash
   for x, y in zip(weights(full), weights(resumed)):
@@ -87,6 +101,11 @@ def test_interrupted_run_resumes_to_the_same_model(task, algorithm, tmp_path):
     resumed_rows = list(csv.DictReader(f))
   for a, b in zip(full_rows, resumed_rows):
     assert a['client_work/train/loss'] == b['client_work/train/loss']
+  # TensorBoard: each round once. Round 5 ran (and was logged) twice: before
+  # the crash in round 6's callback, and after the resume from round 4.
+  steps = tensorboard_steps(os.path.join(out, 'tb'), 'client_work/train/loss')
+  assert sorted(steps) == [1, 2, 3, 4, 5, 6]
+  assert steps[5] == pytest.approx(float(resumed_rows[4]['client_work/train/loss']))
   summary = json.load(open(os.path.join(out, 'summary.json')))
   # Totals cover the whole run, not just the resumed part: K_t = 3, 3, 2, 2, 2, 1.
   assert summary['totals']['client_steps'] == 4 * (3 + 3 + 2 + 2 + 2 + 1)

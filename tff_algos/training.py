@@ -195,6 +195,28 @@ class MetricsCSV:
       csv.DictWriter(f, fieldnames=self.fields).writerow(row)
 
 
+def _tensorboard_from(tb_dir: str, metrics_path: str) -> tff.program.TensorBoardReleaseManager:
+  """A TensorBoard log holding exactly the rows kept in metrics.csv.
+
+  A resumed run repeats the rounds after its checkpoint; their first values
+  are already in the old event files, and TensorBoard would show both. The
+  CSV was truncated to the checkpoint (`MetricsCSV`), so the log is rewritten
+  from it.
+  """
+  if os.path.isdir(tb_dir):
+    shutil.rmtree(tb_dir)
+  manager = tff.program.TensorBoardReleaseManager(tb_dir)
+  if os.path.exists(metrics_path):
+    asyncio.run(_release_rows(manager, read_metrics(metrics_path)))
+  return manager
+
+
+async def _release_rows(manager, rows):
+  for row in rows:
+    await manager.release({k: v for k, v in row.items()
+                           if k != 'round' and isinstance(v, float)}, key=int(row['round']))
+
+
 async def _load_checkpoint(manager, structure):
   return await manager.load_latest(structure)
 
@@ -243,7 +265,6 @@ def run_training(algorithm: FederatedAlgorithm, task: Task, config: RunConfig,
     state_manager = tff.program.FileProgramStateManager(
         os.path.join(out_dir, 'checkpoints'), prefix='round_', keep_total=2,
         keep_first=False)
-    tb_manager = tff.program.TensorBoardReleaseManager(os.path.join(out_dir, 'tb'))
 
   run_identity = _identity(algorithm, task, config, identity)
   if out_dir:
@@ -266,6 +287,7 @@ def run_training(algorithm: FederatedAlgorithm, task: Task, config: RunConfig,
       state, start_round = loaded, version
   if out_dir:
     csv_writer = MetricsCSV(os.path.join(out_dir, 'metrics.csv'), start_round)
+    tb_manager = _tensorboard_from(os.path.join(out_dir, 'tb'), csv_writer.path)
   # Running totals of bytes and client FLOPs (issue 6), continued on resume
   # from the rows kept in metrics.csv.
   cumulative = accounting.CumulativeCost(

@@ -93,9 +93,11 @@ flags.DEFINE_bool('feddyn_weight_decay_form', False, 'FedDyn: the alpha quadrati
 flags.DEFINE_bool('feddyn_report_device_average', False, 'FedDyn: evaluate the average '
                   'of all device models (reference code); costs one more upload.')
 flags.DEFINE_float('client_weight_decay', 0.0, 'l2 weight decay of local steps '
-                   '(feddyn, scaffold; reference code 1e-3).')
-flags.DEFINE_float('clip_norm', None, 'Global-norm clipping of local gradients '
-                   '(feddyn, scaffold; reference code 10). Unset: off.')
+                   '(feddyn, scaffold, fedavg, fedprox, fedmax; paper 003 reference code: '
+                   '1e-3).')
+flags.DEFINE_float('clip_norm', None, 'Global-norm clipping of local gradients, before the '
+                   'weight decay (feddyn, scaffold, fedavg, fedprox, fedmax; paper 003 '
+                   'reference code: 10). Unset: off.')
 flags.DEFINE_float('prox_mu', 0.01, 'FedProx proximal strength mu.')
 # FedMAX (paper 004 baseline).
 flags.DEFINE_float('fedmax_beta', 1.0, 'FedMAX: weight beta of KL(softmax(penultimate '

@@ -27,8 +27,12 @@ def run(process, p, rounds):
   return np.asarray(process.get_model_weights(state).trainable[0], np.float64)
 
 
-def reference_fedprox(p, rounds, mu):
-  """One epoch of SGD on L_k + mu/2 ||theta - x||^2; n_k-weighted mean delta."""
+def reference_fedprox(p, rounds, mu, weight_decay=0.0, clip=None, clipped=None):
+  """One epoch of SGD on L_k + mu/2 ||theta - x||^2; n_k-weighted mean delta.
+
+  With paper 003's reference-code regularisation (PyTorch: clip_grad_norm_ on
+  the objective's gradient, then SGD's weight decay).
+  """
   x = np.array(X0, np.float64)
   sizes = np.array([len(y) for y in p.Y], np.float64)
   for _ in range(rounds):
@@ -36,8 +40,12 @@ def reference_fedprox(p, rounds, mu):
     for k in range(p.num_clients):
       y, n = x.copy(), len(p.Y[k])
       for start in range(0, n, BATCH):
-        g = p.batch_grad(k, y, start, min(start + BATCH, n))
-        y = y - GAMMA * (g + mu * (y - x))
+        g = p.batch_grad(k, y, start, min(start + BATCH, n)) + mu * (y - x)
+        if clip is not None and np.linalg.norm(g) > clip:
+          g = g * clip / np.linalg.norm(g)
+          if clipped is not None:
+            clipped.append(True)
+        y = y - GAMMA * (g + weight_decay * y)
       deltas.append(x - y)
     x = x - SERVER_LR * np.average(deltas, axis=0, weights=sizes)
   return x
@@ -62,6 +70,21 @@ def test_fedprox_follows_the_proximal_rule(problem, mu):
                              atol=1e-5)
   # The proximal term matters: mu = 0 (FedAvg) ends elsewhere.
   assert np.abs(result - reference_fedprox(problem, 2, 0.0)).max() > 1e-2
+
+
+@pytest.mark.parametrize('algorithm,mu', [('fedprox', 0.5), ('fedavg', 0.0)])
+def test_weight_decay_and_clipping_follow_paper_003s_reference_code(problem, algorithm, mu):
+  hp = HParams(client_learning_rate=GAMMA, server_learning_rate=SERVER_LR,
+               client_weight_decay=0.1, clip_norm=0.5,
+               **({'prox_mu': mu} if algorithm == 'fedprox' else {}))
+  result = run(registry.build(algorithm, problem.model_fn, hp).process, problem, 2)
+  clipped = []
+  expected = reference_fedprox(problem, 2, mu, weight_decay=0.1, clip=0.5, clipped=clipped)
+  assert clipped  # the clipping branch was exercised
+  np.testing.assert_allclose(result, expected, rtol=1e-5, atol=1e-5)
+  # Both terms matter.
+  assert np.abs(result - reference_fedprox(problem, 2, mu, clip=0.5)).max() > 1e-3
+  assert np.abs(result - reference_fedprox(problem, 2, mu, weight_decay=0.1)).max() > 1e-3
 
 
 def test_fedprox_equals_tff_at_mu_0_and_tff_has_the_opposite_sign(problem):

@@ -17,7 +17,7 @@ def test_every_algorithm_of_the_issues_is_registered():
 
 
 @pytest.mark.parametrize('flag,value,users', [
-    ('clip_norm', 10.0, {'feddyn', 'scaffold'}),
+    ('clip_norm', 10.0, {'feddyn', 'scaffold', 'fedavg', 'fedprox', 'fedmax'}),
     ('prox_mu', 0.1, {'fedprox'}),
     ('feddyn_alpha', 0.1, {'feddyn'}),
     ('fedmax_beta', 0.5, {'fedmax'}),

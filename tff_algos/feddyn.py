@@ -68,10 +68,7 @@ class FedDynConfig:
   def __post_init__(self):
     if not self.alpha > 0:
       raise ValueError(f'feddyn alpha must be > 0, got {self.alpha}')
-    if self.weight_decay < 0:
-      raise ValueError(f'weight decay must be >= 0, got {self.weight_decay}')
-    if self.clip_norm is not None and not self.clip_norm > 0:
-      raise ValueError(f'clip_norm must be > 0 (or unset), got {self.clip_norm}')
+    local_training.check_regularization(self.weight_decay, self.clip_norm)
     self.client_schedule()
 
   def client_schedule(self) -> client_work_lib.ClientSchedule:
@@ -87,16 +84,14 @@ def _zeros(structure):
 def local_gradient(config: FedDynConfig, grads, weights, server_weights, g_k,
                    alpha_k):
   """The local step's gradient: grad L_k - g_k + alpha_k (theta - theta_{t-1})."""
-  if config.weight_decay_form:
+  if config.weight_decay_form:  # alpha_k theta joins the (unclipped) decay term
     linear = [g - gk - alpha_k * s for g, gk, s in zip(grads, g_k, server_weights)]
-    if config.clip_norm is not None:
-      linear, _ = tf.clip_by_global_norm(linear, config.clip_norm)
-    return [l + (alpha_k + config.weight_decay) * w for l, w in zip(linear, weights)]
+    return local_training.clip_then_decay(linear, weights, config.clip_norm,
+                                          alpha_k + config.weight_decay)
   total = [g - gk + alpha_k * (w - s)
            for g, gk, w, s in zip(grads, g_k, weights, server_weights)]
-  if config.clip_norm is not None:
-    total, _ = tf.clip_by_global_norm(total, config.clip_norm)
-  return [t + config.weight_decay * w for t, w in zip(total, weights)]
+  return local_training.clip_then_decay(total, weights, config.clip_norm,
+                                        config.weight_decay)
 
 
 def client_alpha(config: FedDynConfig, num_examples, mean_examples):

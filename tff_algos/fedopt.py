@@ -28,6 +28,7 @@ import tensorflow_federated as tff
 from tff_algos.core import accounting
 from tff_algos.core import client_work as client_work_lib
 from tff_algos.core import composition
+from tff_algos.core import local_training
 from tff_algos.core import optimizers
 from tff_algos.core import schedules
 from tff_algos.core.algorithm import FederatedAlgorithm
@@ -44,9 +45,15 @@ class FedOptConfig:
   client_lr_decay: float = 1.0          # d_gamma
   server_lr_decay: float = 1.0          # d_eta
   uniform_weighting: bool = False       # weight clients by 1 instead of n_i
+  # Local-step regularisation of paper 003's reference code (its FedAvg and
+  # FedProx baselines): the gradient clipped to this global norm, then
+  # weight_decay * y added (`local_training.clip_then_decay`).
+  weight_decay: float = 0.0
+  clip_norm: Optional[float] = None
 
   def __post_init__(self):
     self.client_schedule()  # validates K_0, E, gamma, eta and their decays
+    local_training.check_regularization(self.weight_decay, self.clip_norm)
 
   def client_schedule(self) -> client_work_lib.ClientSchedule:
     return client_work_lib.client_schedule(
@@ -70,7 +77,8 @@ def build_fedopt(model_fn: Callable[[], tff.learning.models.VariableModel],
       model_fn, config.client_optimizer.build(), config.client_schedule(),
       client_weighting=(tff.learning.ClientWeighting.UNIFORM
                         if config.uniform_weighting else
-                        tff.learning.ClientWeighting.NUM_EXAMPLES))
+                        tff.learning.ClientWeighting.NUM_EXAMPLES),
+      correction=local_training.regularized(None, config.weight_decay, config.clip_norm))
   return compose(name, model_fn, work, config.server_optimizer.build())
 
 
@@ -120,7 +128,8 @@ def _fedopt_config(hp: HParams) -> FedOptConfig:
       server_optimizer=hp.server_optimizer_spec(),
       local_steps=hp.local_steps, epochs=hp.client_epochs_per_round,
       local_steps_decay=hp.local_steps_decay, client_lr_decay=hp.client_lr_decay,
-      server_lr_decay=hp.server_lr_decay, uniform_weighting=hp.uniform_weighting)
+      server_lr_decay=hp.server_lr_decay, uniform_weighting=hp.uniform_weighting,
+      weight_decay=hp.client_weight_decay, clip_norm=hp.clip_norm)
 
 
 def _build_fedavg(model_fn, hp: HParams) -> FederatedAlgorithm:

@@ -5,7 +5,9 @@ Heterogeneous Networks" (MLSys 2020); a baseline of paper 003 (FedDyn).
 
 Round t, server model x_t:
   client k:  K steps (or E epochs) of ClientOpt on  L_k(theta) + mu/2 ||theta - x_t||^2
-             (gradient grad L_k(theta) + mu (theta - x_t)); sends x_t - theta_k
+             (gradient grad L_k(theta) + mu (theta - x_t); optionally clipped to a
+             global norm, then + weight_decay theta, as paper 003's reference
+             code); sends x_t - theta_k
              with weight n_k (its dataset size) or 1
   server:    x_{t+1} = ServerOpt(x_t, weighted mean of the deltas)   (SGD 1: FedProx)
 
@@ -30,6 +32,7 @@ import tensorflow_federated as tff
 from tff_algos import fedopt
 from tff_algos.core import accounting
 from tff_algos.core import client_work as client_work_lib
+from tff_algos.core import local_training
 from tff_algos.core.algorithm import FederatedAlgorithm
 from tff_algos.hparams import AlgorithmSpec, HParams
 
@@ -63,7 +66,8 @@ def build_fedprox(model_fn: Callable[[], tff.learning.models.VariableModel],
       model_fn, opt.client_optimizer.build(), opt.client_schedule(),
       client_weighting=(tff.learning.ClientWeighting.UNIFORM if opt.uniform_weighting
                         else tff.learning.ClientWeighting.NUM_EXAMPLES),
-      correction=proximal_correction(float(config.mu)))
+      correction=local_training.regularized(proximal_correction(float(config.mu)),
+                                            opt.weight_decay, opt.clip_norm))
   algorithm = fedopt.compose(name, model_fn, work, opt.server_optimizer.build())
   # Paper 004 App. B, eq. (22): 5 operations per parameter and step with the
   # proximal term (plain SGD: 2).

@@ -55,8 +55,9 @@ class HParams:
   feddyn_adaptive_alpha: bool = False   # alpha_k = alpha / (n_k / mean n) (reference code)
   feddyn_weight_decay_form: bool = False  # alpha term as SGD weight decay (reference code)
   feddyn_report_device_average: bool = False  # evaluate mean of all device models (reference)
-  client_weight_decay: float = 0.0      # l2 weight decay of local steps (feddyn, scaffold)
-  clip_norm: Optional[float] = None     # global-norm gradient clipping (feddyn, scaffold)
+  # Local steps (feddyn, scaffold, fedavg, fedprox, fedmax): grad clipped, then + decay.
+  client_weight_decay: float = 0.0      # l2 weight decay
+  clip_norm: Optional[float] = None     # global-norm gradient clipping
   prox_mu: float = 0.01                 # FedProx proximal strength mu
   # FedMAX (paper 004 baseline).
   fedmax_beta: float = 1.0              # weight of KL(softmax(penultimate) || uniform)

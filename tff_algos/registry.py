@@ -41,7 +41,8 @@ def get(name: str) -> AlgorithmSpec:
 ALGORITHM_SPECIFIC_FLAGS: dict[str, frozenset[str]] = {
     **dict.fromkeys(('feddyn_alpha', 'feddyn_adaptive_alpha', 'feddyn_weight_decay_form',
                      'feddyn_report_device_average'), frozenset({'feddyn'})),
-    **dict.fromkeys(('client_weight_decay', 'clip_norm'), frozenset({'feddyn', 'scaffold'})),
+    **dict.fromkeys(('client_weight_decay', 'clip_norm'),
+                    frozenset({'feddyn', 'scaffold', 'fedavg', 'fedprox', 'fedmax'})),
     'prox_mu': frozenset({'fedprox'}),
     **dict.fromkeys(('fedmax_beta', 'fedmax_reference_kl'), frozenset({'fedmax'})),
     'gbo_reference_conventions': frozenset({'fedgbo', 'mfl', 'mimelite', 'mimexlite'}),

@@ -54,10 +54,7 @@ class ScaffoldConfig:
     if not self.server_learning_rate > 0:
       raise ValueError(f'scaffold global step eta_g must be > 0, got '
                        f'{self.server_learning_rate}')
-    if self.weight_decay < 0:
-      raise ValueError(f'weight decay must be >= 0, got {self.weight_decay}')
-    if self.clip_norm is not None and not self.clip_norm > 0:
-      raise ValueError(f'clip_norm must be > 0 (or unset), got {self.clip_norm}')
+    local_training.check_regularization(self.weight_decay, self.clip_norm)
     self.client_schedule()
 
   def client_schedule(self) -> client_work_lib.ClientSchedule:
@@ -68,12 +65,9 @@ class ScaffoldConfig:
 
 def corrected_gradient(config: ScaffoldConfig, grads, weights, c_i, c):
   """g - c_i + c (clipped if asked), plus weight decay."""
-  out = [g - ci + cc for g, ci, cc in zip(grads, c_i, c)]
-  if config.clip_norm is not None:
-    out, _ = tf.clip_by_global_norm(out, config.clip_norm)
-  if config.weight_decay:
-    out = [o + config.weight_decay * w for o, w in zip(out, weights)]
-  return out
+  return local_training.clip_then_decay(
+      [g - ci + cc for g, ci, cc in zip(grads, c_i, c)], weights, config.clip_norm,
+      config.weight_decay)
 
 
 def control_variate_update(c_i, c, delta, num_steps, learning_rate):

@@ -27,9 +27,10 @@ example (alpemreacar/FedDyn example_cifar_10.py: alpha 1e-2, mu 1e-4, no lr
 decay, 5 epochs, weight decay 1e-3) is used, except alpha = 0.1 for CIFAR-10
 IID 10 % (App. A.3: best alpha there); each experiment's notes say which.
 
-Known deviations (see notes): FedProx is TFF's build_weighted_fed_prox here --
-one epoch per round, no lr decay, no weight decay; FedAvg runs have no weight
-decay or clipping (the trainer's fedavg has no such options); the paper reports
+All four methods clip the local gradient to norm 10 and add the weight decay
+(reference code); FedAvg and FedProx run FedAvg's epochs with the lr decay.
+
+Known deviations (see notes): the paper reports
 the accuracy of the average of ALL device models (reference code), the trainer
 evaluates the server model; SCAFFOLD's global step is 1 (not stated).
 
@@ -251,7 +252,7 @@ def _hp(s: Setting) -> HP:
     alpha = 0.03 if (p == 0.1 and s.split == 'iid') else 0.01
     return HP(50, 0.1, 1e-4, 1.0 if full else 0.998, 20 if full else 10, 50, alpha, 1e-4,
               600, 500 if full else 1000,
-              'FedProx epochs not stated (TFF FedProx: 1 epoch).' + (
+              'FedProx epochs not stated: as FedAvg (reference code).' + (
                   '' if full else ' Rounds for partial participation not stated: 1000.'))
   if s.dataset == 'emnistl':
     if full:
@@ -305,8 +306,10 @@ def _runs(hp: HP) -> tuple[Run, ...]:
           server_learning_rate=1.0, **clip)),
       Run('fedavg', 'fedavg', dict(
           client_learning_rate=hp.lr, client_lr_decay=hp.lr_decay,
-          client_epochs_per_round=hp.epochs_fedavg)),
-      Run('fedprox', 'fedprox', dict(client_learning_rate=hp.lr, prox_mu=hp.mu)),
+          client_epochs_per_round=hp.epochs_fedavg, **clip)),
+      Run('fedprox', 'fedprox', dict(
+          client_learning_rate=hp.lr, client_lr_decay=hp.lr_decay,
+          client_epochs_per_round=hp.epochs_fedavg, prox_mu=hp.mu, **clip)),
   )
 
 
@@ -362,10 +365,10 @@ def _experiment(s: Setting) -> Experiment:
     notes.append(('Table 6 (targets on the TRAINING loss, no such metric here): '
                   if s.dataset == 'synthetic' else 'Not reached within the budget '
                   '(printed "N+", not compared): ') + '; '.join(unreached) + '.')
-  notes.append('FedProx: TFF build_weighted_fed_prox, 1 epoch per round, no lr decay, no '
-               'weight decay (paper: as FedAvg). FedAvg: no weight decay / clipping (no '
-               'trainer option). The paper evaluates the average of all device models; the '
-               'trainer evaluates the server model.')
+  notes.append('All four methods: local gradient clipped to norm 10, then weight decay '
+               f'{hp.weight_decay:g} (reference code); FedProx with FedAvg\'s epochs and lr '
+               'decay. The paper evaluates the average of all device models; the trainer '
+               'evaluates the server model.')
   if s.dataset == 'shakespeare':
     notes.append('Paper: LEAF Shakespeare, 100 devices with at most 2000 samples each, '
                  'next character after an 80-character window, 2-layer LSTM-100; ours: 100 '
@@ -382,8 +385,8 @@ def _experiment(s: Setting) -> Experiment:
       description=(f'{s.dataset}, {s.devices} devices, {s.participation:.0%} participation, '
                    f'{split}, {"balanced" if s.balanced else "unbalanced (lognormal sigma 0.3)"}'
                    f': FedDyn (alpha {hp.alpha:g}, {hp.epochs_feddyn} epochs), SCAFFOLD '
-                   f'(K = {hp.scaffold_k}), FedAvg ({hp.epochs_fedavg} epochs), FedProx '
-                   f'(mu {hp.mu:g}); lr {hp.lr:g}, B = {hp.batch}, {hp.rounds} rounds. '
+                   f'(K = {hp.scaffold_k}), FedAvg and FedProx ({hp.epochs_fedavg} epochs, '
+                   f'mu {hp.mu:g}); lr {hp.lr:g}, B = {hp.batch}, {hp.rounds} rounds. '
                    f'Published models-to-target: {rows}.'),
       runner=TrainerRuns(
           task=task, task_flags=_task_flags(s), runs=_runs(hp),

@@ -35,6 +35,50 @@ import tensorflow_federated as tff
 CorrectionFn = Callable[[Any, Any], Any]
 
 
+def check_regularization(weight_decay: float, clip_norm: Optional[float]) -> None:
+  if not weight_decay >= 0:
+    raise ValueError(f'weight decay must be >= 0, got {weight_decay}')
+  if clip_norm is not None and not clip_norm > 0:
+    raise ValueError(f'clip_norm must be > 0 (or unset), got {clip_norm}')
+
+
+def clip_then_decay(grads, weights, clip_norm: Optional[float], weight_decay):
+  """clip_by_global_norm(grads, clip_norm) + weight_decay * weights.
+
+  The order of paper 003's reference code (PyTorch: the objective's gradient is
+  clipped, then `SGD(weight_decay=...)` adds the decay term), shared by its
+  FedAvg, FedProx, SCAFFOLD and FedDyn runs.
+  """
+  grads = list(grads)
+  if clip_norm is not None:
+    grads, _ = tf.clip_by_global_norm(grads, clip_norm)
+  if not (isinstance(weight_decay, (int, float)) and weight_decay == 0):  # may be a tensor
+    grads = [g + weight_decay * w for g, w in zip(grads, weights)]
+  return grads
+
+
+def regularized(correction: Optional[Callable[[Any], CorrectionFn]],
+                weight_decay: float = 0.0, clip_norm: Optional[float] = None,
+                ) -> Optional[Callable[[Any], CorrectionFn]]:
+  """A client work's `correction` (x_t -> correction_fn), then `clip_then_decay`.
+
+  Returns `correction` itself when there is nothing to add, so default runs
+  trace the same graph as before.
+  """
+  check_regularization(weight_decay, clip_norm)
+  if not weight_decay and clip_norm is None:
+    return correction
+
+  def with_regularization(initial_weights):
+    inner = None if correction is None else correction(initial_weights)
+
+    def correction_fn(weights, grads):
+      grads = grads if inner is None else inner(weights, grads)
+      return clip_then_decay(grads, weights, clip_norm, weight_decay)
+    return correction_fn
+  return with_regularization
+
+
 @dataclasses.dataclass
 class LocalOutcome:
   delta: Any            # structure of trainable weights: x_t - y_K

@@ -14,10 +14,12 @@ from conftest import default_sigint, wait_dead, worker_pids_of
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-SCRIPT = textwrap.dedent('''
-    import sys, time
+# A child with a managed worker and one computation on it.
+PRELUDE = textwrap.dedent('''
+    import signal, sys, time
     import tensorflow as tf, tensorflow_federated as tff
     from tff_algos import runtime
+    from tff_algos.runtime import context
     ctx = runtime.install()
 
     @tff.tensorflow.computation(tf.int32)
@@ -25,6 +27,9 @@ SCRIPT = textwrap.dedent('''
       return x + 1
 
     assert add_one(1) == 2
+''')
+
+SCRIPT = PRELUDE + textwrap.dedent('''
     print('READY', *ctx.pids, flush=True)
     sys.stdin.readline()  # the test reads our worker's pid, then lets us go on
     mode = sys.argv[1]
@@ -91,18 +96,7 @@ def test_in_process_shutdown_stops_the_worker_and_install_starts_a_new_one():
   assert double(21) == 42
 
 
-SWALLOWED = textwrap.dedent('''
-    import signal, sys, time
-    import tensorflow as tf, tensorflow_federated as tff
-    from tff_algos import runtime
-    from tff_algos.runtime import context
-    ctx = runtime.install()
-
-    @tff.tensorflow.computation(tf.int32)
-    def add_one(x):
-      return x + 1
-
-    assert add_one(1) == 2
+SWALLOWED = PRELUDE + textwrap.dedent('''
     print('WORKERS', *ctx.pids, flush=True)
     try:  # the handler, with its KeyboardInterrupt swallowed (as in a weakref callback)
       context._on_signal(signal.SIGINT, None)

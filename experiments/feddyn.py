@@ -194,6 +194,7 @@ def main(argv):
       trainer_flags.validate(grid=True)  # every combination, before any run
   except (ValueError, flags.Error) as e:
     return common.fail(e)
+  trainer_flags.warn_ignored_flags(algorithms)
   reference = FLAGS.reference_algorithm if FLAGS.reference_algorithm in algorithms \
       else algorithms[0]
 

@@ -173,6 +173,7 @@ def main(argv):
       trainer_flags.validate(grid=True)
   except (ValueError, flags.Error) as e:
     return common.fail(e)
+  trainer_flags.warn_ignored_flags(FLAGS.algorithms)
 
   from tasks import get_task
   from tff_algos import training

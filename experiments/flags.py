@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import sys
 
 from absl import flags
 
@@ -92,9 +93,9 @@ flags.DEFINE_bool('feddyn_weight_decay_form', False, 'FedDyn: the alpha quadrati
                   'weight decay, outside gradient clipping (reference code).')
 flags.DEFINE_bool('feddyn_report_device_average', False, 'FedDyn: evaluate the average '
                   'of all device models (reference code); costs one more upload.')
-flags.DEFINE_float('client_weight_decay', 0.0, 'l2 weight decay of local steps '
-                   '(feddyn, scaffold, fedavg, fedprox, fedmax; paper 003 reference code: '
-                   '1e-3).')
+flags.DEFINE_float('client_weight_decay', 0.0, 'l2 weight decay of local steps, added to '
+                   'the (clipped) gradient: plain L2, also with an Adam client (feddyn, '
+                   'scaffold, fedavg, fedprox, fedmax; paper 003 reference code: 1e-3).')
 flags.DEFINE_float('clip_norm', None, 'Global-norm clipping of local gradients, before the '
                    'weight decay (feddyn, scaffold, fedavg, fedprox, fedmax; paper 003 '
                    'reference code: 10). Unset: off.')
@@ -145,6 +146,14 @@ def hparams(grid: bool = False) -> registry.HParams:
   names = [f.name for f in dataclasses.fields(registry.HParams)]
   hp = registry.HParams(**{n: getattr(FLAGS, n) for n in names})
   return registry.for_algorithm(FLAGS.algorithm, hp) if grid else hp
+
+
+def warn_ignored_flags(algorithms) -> None:
+  """One stderr line per algorithm-specific flag that some of a grid's algorithms
+  ignore (e.g. --clip_norm: FedGBO's baselines clip, FedGBO does not)."""
+  for flag, names in registry.ignored_flags(algorithms, hparams()).items():
+    print(f'note: --{flag} is not used by {", ".join(names)}; those run without it',
+          file=sys.stderr)
 
 
 def experiment_name() -> str:

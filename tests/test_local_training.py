@@ -108,3 +108,25 @@ def test_examples_per_pass_from_the_loop_or_a_counting_pass():
     assert bool(complete) == from_loop, (k, e)
     assert int(examples) == n, (k, e)
     assert int(num_examples) == processed, (k, e)
+
+
+def test_clip_then_decay_clips_the_objective_gradient_then_adds_the_decay():
+  grads = [tf.constant([3.0, 0.0]), tf.constant([4.0])]  # global norm 5
+  weights = [tf.constant([1.0, 2.0]), tf.constant([-1.0])]
+  out = local_training.clip_then_decay(grads, weights, clip_norm=1.0, weight_decay=0.5)
+  np.testing.assert_allclose(out[0], [0.6 + 0.5, 0.0 + 1.0], rtol=1e-6)
+  np.testing.assert_allclose(out[1], [0.8 - 0.5], rtol=1e-6)
+  # Under the norm: untouched; a tensor decay (FedDyn's alpha_k + lambda) works too.
+  out = local_training.clip_then_decay(grads, weights, 10.0, tf.constant(0.0))
+  np.testing.assert_allclose(out[0], [3.0, 0.0])
+
+
+def test_regularized_keeps_a_default_run_s_correction_itself():
+  def correction(initial_weights):
+    return lambda weights, grads: grads
+  assert local_training.regularized(correction) is correction
+  assert local_training.regularized(None) is None
+  with_clip = local_training.regularized(correction, clip_norm=1.0)
+  assert with_clip is not correction
+  out = with_clip(None)([tf.constant(1.0)], [tf.constant(4.0)])
+  np.testing.assert_allclose(out[0], 1.0)

@@ -16,6 +16,14 @@ def test_every_algorithm_of_the_issues_is_registered():
     registry.get('fedavgg')
 
 
+def test_grids_learn_which_of_their_algorithms_ignore_a_flag():
+  hp = HParams(clip_norm=10.0, prox_mu=0.1)
+  assert registry.ignored_flags(['fedgbo', 'fedavg', 'fedprox'], hp) == {
+      'clip_norm': ['fedgbo'], 'prox_mu': ['fedgbo', 'fedavg']}
+  assert registry.ignored_flags(['fedgbo', 'fedavg'], HParams()) == {}
+  assert registry.ignored_flags(['feddyn', 'scaffold'], HParams(clip_norm=10.0)) == {}
+
+
 @pytest.mark.parametrize('flag,value,users', [
     ('clip_norm', 10.0, {'feddyn', 'scaffold', 'fedavg', 'fedprox', 'fedmax'}),
     ('prox_mu', 0.1, {'fedprox'}),

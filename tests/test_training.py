@@ -1,6 +1,7 @@
 """The round loop: determinism, checkpoint/resume, outputs."""
 
 import csv
+import dataclasses
 import json
 import os
 
@@ -73,6 +74,37 @@ def test_a_swallowed_sigint_stops_the_run_before_the_next_round(task, algorithm,
     training.run_training(algorithm, task, config(out), round_callback=sigint_during_3)
   with open(os.path.join(out, 'metrics.csv')) as f:
     assert [int(float(r['round'])) for r in csv.DictReader(f)] == [1, 2, 3]
+  # The next run (a sweep's) does not start.
+  with pytest.raises(KeyboardInterrupt, match='install'):
+    training.run_training(algorithm, task, config(None))
+
+
+def test_a_round_cut_by_a_swallowed_signal_ends_in_keyboard_interrupt(task, algorithm,
+                                                                     monkeypatch):
+  # The signal stopped the workers mid-round: the round's call fails with
+  # WorkerStopped, which the run reports as the interrupt it was.
+  from tff_algos import runtime
+  from tff_algos.runtime import context
+
+  class StoppedMidRound:
+    def __init__(self, process, signalled):
+      self._process, self._signalled = process, signalled
+
+    def __getattr__(self, name):
+      return getattr(self._process, name)
+
+    def next(self, *args):
+      if self._signalled:
+        monkeypatch.setattr(context, '_interrupted', 2)
+      raise runtime.WorkerStopped('stopped')
+
+  cut = dataclasses.replace(algorithm, process=StoppedMidRound(algorithm.process, True))
+  with pytest.raises(KeyboardInterrupt):
+    training.run_training(cut, task, config(None))
+  monkeypatch.setattr(context, '_interrupted', None)
+  crashed = dataclasses.replace(algorithm, process=StoppedMidRound(algorithm.process, False))
+  with pytest.raises(runtime.WorkerStopped):  # no signal (a worker died): the error itself
+    training.run_training(crashed, task, config(None))
 
 
 def test_interrupted_run_resumes_to_the_same_model(task, algorithm, tmp_path):

@@ -70,15 +70,23 @@ def initial_weights_computation(model_fn) -> tff.Computation:
   return initial_weights
 
 
-def build_fedopt(model_fn: Callable[[], tff.learning.models.VariableModel],
-                 config: FedOptConfig = FedOptConfig(),
-                 name: str = 'fedavg') -> FederatedAlgorithm:
-  work = client_work_lib.build_client_work(
+def client_work(model_fn, config: FedOptConfig, correction=None) -> client_work_lib.ClientWork:
+  """FedOpt's client work: ClientOpt under the round schedule, weighted by n_i
+  (or 1), the local gradient changed by `correction` (x_t -> correction_fn,
+  e.g. FedProx's) and then clipped and decayed as the config says."""
+  return client_work_lib.build_client_work(
       model_fn, config.client_optimizer.build(), config.client_schedule(),
       client_weighting=(tff.learning.ClientWeighting.UNIFORM
                         if config.uniform_weighting else
                         tff.learning.ClientWeighting.NUM_EXAMPLES),
-      correction=local_training.regularized(None, config.weight_decay, config.clip_norm))
+      correction=local_training.regularized(correction, config.weight_decay,
+                                            config.clip_norm))
+
+
+def build_fedopt(model_fn: Callable[[], tff.learning.models.VariableModel],
+                 config: FedOptConfig = FedOptConfig(),
+                 name: str = 'fedavg') -> FederatedAlgorithm:
+  work = client_work(model_fn, config)
   return compose(name, model_fn, work, config.server_optimizer.build())
 
 

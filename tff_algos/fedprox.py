@@ -31,8 +31,6 @@ import tensorflow_federated as tff
 
 from tff_algos import fedopt
 from tff_algos.core import accounting
-from tff_algos.core import client_work as client_work_lib
-from tff_algos.core import local_training
 from tff_algos.core.algorithm import FederatedAlgorithm
 from tff_algos.hparams import AlgorithmSpec, HParams
 
@@ -61,14 +59,8 @@ def proximal_correction(mu: float):
 def build_fedprox(model_fn: Callable[[], tff.learning.models.VariableModel],
                   config: FedProxConfig = FedProxConfig(),
                   name: str = 'fedprox') -> FederatedAlgorithm:
-  opt = config.fedopt
-  work = client_work_lib.build_client_work(
-      model_fn, opt.client_optimizer.build(), opt.client_schedule(),
-      client_weighting=(tff.learning.ClientWeighting.UNIFORM if opt.uniform_weighting
-                        else tff.learning.ClientWeighting.NUM_EXAMPLES),
-      correction=local_training.regularized(proximal_correction(float(config.mu)),
-                                            opt.weight_decay, opt.clip_norm))
-  algorithm = fedopt.compose(name, model_fn, work, opt.server_optimizer.build())
+  work = fedopt.client_work(model_fn, config.fedopt, proximal_correction(float(config.mu)))
+  algorithm = fedopt.compose(name, model_fn, work, config.fedopt.server_optimizer.build())
   # Paper 004 App. B, eq. (22): 5 operations per parameter and step with the
   # proximal term (plain SGD: 2).
   return dataclasses.replace(

@@ -58,6 +58,16 @@ def check_specific_flags(name: str, hp: HParams) -> None:
                        f'{", ".join(sorted(users))}); leave it at its default')
 
 
+def ignored_flags(names, hp: HParams) -> dict[str, list[str]]:
+  """Algorithm-specific flags set in `hp` -> the algorithms of `names` that do not
+  use them (a grid runs those without; its binary says so)."""
+  defaults = HParams()
+  return {flag: [n for n in names if n not in users]
+          for flag, users in ALGORITHM_SPECIFIC_FLAGS.items()
+          if getattr(hp, flag) != getattr(defaults, flag)
+          and any(n not in users for n in names)}
+
+
 def for_algorithm(name: str, hp: HParams) -> HParams:
   """`hp` with other algorithms' specific flags at their defaults (for grids
   that pass one set of flags to several algorithms)."""

@@ -11,7 +11,8 @@ Outputs under `<root_output_dir>/<experiment_name>/` (TFF program tooling):
 `metrics.csv` (one row per round; a resumed run first drops the rows after its
 checkpoint, then appends: TFF's `CSVFileReleaseManager` does the same but
 rewrites the whole file on every release, quadratic in the rounds), TensorBoard
-events (`tff.program.TensorBoardReleaseManager`), `checkpoints/`
+events (`tff.program.TensorBoardReleaseManager`; rewritten from metrics.csv when a
+resume dropped rows, so no round appears twice), `checkpoints/`
 (`tff.program.FileProgramStateManager`) and `summary.json`.
 """
 
@@ -166,13 +167,16 @@ class MetricsCSV:
   def __init__(self, path: str, resume_round: int):
     self.path = path
     self.fields: list[str] = []
+    self.dropped_rows = False  # rows past `resume_round` were removed
     rows = []
     if os.path.exists(path):
       with open(path, newline='') as f:
         reader = csv.DictReader(f)
         self.fields = list(reader.fieldnames or [])
-        rows = [r for r in reader if float(r['round']) <= resume_round]
-      self._rewrite(rows)
+        all_rows = list(reader)
+      rows = [r for r in all_rows if float(r['round']) <= resume_round]
+      self.dropped_rows = len(rows) < len(all_rows)
+      self._rewrite(rows)  # also mends a last line cut short by a crash
 
   def _rewrite(self, rows):
     tmp = self.path + '.tmp'
@@ -195,20 +199,20 @@ class MetricsCSV:
       csv.DictWriter(f, fieldnames=self.fields).writerow(row)
 
 
-def _tensorboard_from(tb_dir: str, metrics_path: str) -> tff.program.TensorBoardReleaseManager:
-  """A TensorBoard log holding exactly the rows kept in metrics.csv.
+def _tensorboard(tb_dir: str, csv_writer: MetricsCSV) -> tff.program.TensorBoardReleaseManager:
+  """The run's TensorBoard log, without rounds that the run will repeat.
 
   A resumed run repeats the rounds after its checkpoint; their first values
-  are already in the old event files, and TensorBoard would show both. The
-  CSV was truncated to the checkpoint (`MetricsCSV`), so the log is rewritten
-  from it.
+  are already in the event files (written after their CSV rows), and
+  TensorBoard would show both. When `MetricsCSV` dropped such rows, the log is
+  rewritten from the rows it kept (their wall times become the resume's).
   """
-  if os.path.isdir(tb_dir):
+  if csv_writer.dropped_rows and os.path.isdir(tb_dir):
     shutil.rmtree(tb_dir)
-  manager = tff.program.TensorBoardReleaseManager(tb_dir)
-  if os.path.exists(metrics_path):
-    asyncio.run(_release_rows(manager, read_metrics(metrics_path)))
-  return manager
+    manager = tff.program.TensorBoardReleaseManager(tb_dir)
+    asyncio.run(_release_rows(manager, read_metrics(csv_writer.path)))
+    return manager
+  return tff.program.TensorBoardReleaseManager(tb_dir)
 
 
 async def _release_rows(manager, rows):
@@ -252,6 +256,7 @@ def run_training(algorithm: FederatedAlgorithm, task: Task, config: RunConfig,
   resume whose identity differs is refused instead of continuing someone
   else's run.
   """
+  runtime.raise_if_interrupted()  # e.g. a sweep's next run after a Ctrl-C
   process = algorithm.process
   client_ids = task.client_ids
   if config.clients_per_round > len(client_ids):
@@ -287,7 +292,7 @@ def run_training(algorithm: FederatedAlgorithm, task: Task, config: RunConfig,
       state, start_round = loaded, version
   if out_dir:
     csv_writer = MetricsCSV(os.path.join(out_dir, 'metrics.csv'), start_round)
-    tb_manager = _tensorboard_from(os.path.join(out_dir, 'tb'), csv_writer.path)
+    tb_manager = _tensorboard(os.path.join(out_dir, 'tb'), csv_writer)
   # Running totals of bytes and client FLOPs (issue 6), continued on resume
   # from the rows kept in metrics.csv.
   cumulative = accounting.CumulativeCost(
@@ -321,11 +326,15 @@ def run_training(algorithm: FederatedAlgorithm, task: Task, config: RunConfig,
       data = [task.client_dataset(
           cid, shuffle_seed(config.shuffle, config.seed, round_num, cid),
           reshuffle_each_epoch=config.shuffle == 'rr') for cid in cohort]
-      if store is None:
-        output = process.next(state, data)
-      else:
-        output = process.next(state, data, store.gather(cohort))
-        store.scatter(cohort, output.client_states)
+      try:
+        if store is None:
+          output = process.next(state, data)
+        else:
+          output = process.next(state, data, store.gather(cohort))
+          store.scatter(cohort, output.client_states)
+      except runtime.WorkerStopped:
+        runtime.raise_if_interrupted()  # the signal's KeyboardInterrupt was swallowed
+        raise
       state = output.state
       row = {'round': round_num + 1}
       row.update(flatten_metrics(output.metrics))

@@ -356,7 +356,7 @@ def _experiment(s: Setting) -> Experiment:
   per_client = n / s.devices
   steps_per_epoch = math.ceil(per_client / hp.batch)
   steps = hp.rounds * m * steps_per_epoch * (
-      hp.epochs_feddyn + hp.epochs_fedavg + 1) + hp.rounds * m * hp.scaffold_k
+      hp.epochs_feddyn + 2 * hp.epochs_fedavg) + hp.rounds * m * hp.scaffold_k
   hours = steps * MS_PER_STEP[s.dataset] / 3.6e6
   split = {'iid': 'IID', 'noniid': 'natural (per-role) split', 'dir0.6': 'Dirichlet(0.6)',
            'dir0.3': 'Dirichlet(0.3)'}.get(s.split, f'{s.split} heterogeneity')
@@ -385,8 +385,8 @@ def _experiment(s: Setting) -> Experiment:
       description=(f'{s.dataset}, {s.devices} devices, {s.participation:.0%} participation, '
                    f'{split}, {"balanced" if s.balanced else "unbalanced (lognormal sigma 0.3)"}'
                    f': FedDyn (alpha {hp.alpha:g}, {hp.epochs_feddyn} epochs), SCAFFOLD '
-                   f'(K = {hp.scaffold_k}), FedAvg and FedProx ({hp.epochs_fedavg} epochs, '
-                   f'mu {hp.mu:g}); lr {hp.lr:g}, B = {hp.batch}, {hp.rounds} rounds. '
+                   f'(K = {hp.scaffold_k}), FedAvg and FedProx ({hp.epochs_fedavg} epochs; '
+                   f'FedProx mu {hp.mu:g}); lr {hp.lr:g}, B = {hp.batch}, {hp.rounds} rounds. '
                    f'Published models-to-target: {rows}.'),
       runner=TrainerRuns(
           task=task, task_flags=_task_flags(s), runs=_runs(hp),

@@ -11,6 +11,11 @@ is started eagerly by us, and stopped on every way out:
 * on Linux, `PR_SET_PDEATHSIG` so the kernel sends SIGTERM to the worker when
   the thread that started it dies, even on SIGKILL of our process.
 
+After a shutdown (or if a worker we started exits) a call on the context raises
+`WorkerStopped` instead of TFF's endless retry, and after a signal
+`raise_if_interrupted()` (asked by `run_training` between rounds) raises
+KeyboardInterrupt even if Python swallowed the handler's own exception.
+
 The executor stack is TFF's own (`RemoteExecutor` over a gRPC stub, in a
 `ResourceManagingExecutorFactory`, compiled by the native compiler), i.e. the
 same as `tff.backends.native.create_sync_local_cpp_execution_context`.
@@ -133,16 +138,18 @@ def _stack_factory(address: str, stopped: Callable[[], bool] = lambda: False):
   """TFF's executor stack: a `RemoteExecutor` on the worker at `address`.
 
   TFF retries a call whose worker is unreachable, for ever (backoff up to
-  30 s). Once `stopped()` is true the worker is gone on purpose, so a new
-  executor -- which TFF's retry asks for -- raises `WorkerStopped` instead.
+  30 s). Once `stopped()` is true (we stopped our workers, or one of them
+  exited) no retry can succeed, so a new executor -- which TFF's retry asks
+  for -- raises `WorkerStopped` instead.
   """
   stub = remote_executor_grpc_stub.RemoteExecutorGrpcStub(
       grpc.insecure_channel(address, _GRPC_OPTIONS))
 
   def stack_fn(cardinalities):
     if stopped():
-      raise WorkerStopped(f'the TFF worker at {address} was stopped (shutdown or '
-                          'interrupt); install a new context to go on')
+      raise WorkerStopped(f'the TFF context of the worker at {address} was shut down '
+                          '(or a worker it started exited); call tff_algos.runtime.install() '
+                          'for a new one')
     if cardinalities.get(tff.CLIENTS) is None:
       cardinalities[tff.CLIENTS] = 0
     ex = remote_executor.RemoteExecutor(stub)
@@ -280,7 +287,7 @@ class ManagedContext:
     return [w.pid for w in self.workers]
 
   def _is_closed(self) -> bool:
-    return self._closed
+    return self._closed or any(w.process.poll() is not None for w in self.workers)
 
   def close(self):
     if self._closed:
@@ -293,9 +300,10 @@ class ManagedContext:
 _lock = threading.RLock()  # re-entrant: a signal may arrive inside install()
 _active: Optional[ManagedContext] = None
 _previous_handlers: dict[int, object] = {}
-# The SIGINT that stopped the workers. Python may swallow the KeyboardInterrupt
-# raised by the handler (e.g. when it lands in a weakref callback), so a run
-# also asks `raise_if_interrupted()` between rounds.
+# The signal (SIGINT, or SIGTERM with a Python handler of its own) that shut the
+# context down. Python may swallow the exception raised by the handler (e.g.
+# when it lands in a weakref callback), so a run also asks
+# `raise_if_interrupted()` between rounds. Cleared by the next `install()`.
 _interrupted: Optional[int] = None
 
 
@@ -309,8 +317,7 @@ def _shutdown():
 
 def _on_signal(signum, frame):
   global _interrupted
-  if signum == signal.SIGINT:
-    _interrupted = signum
+  _interrupted = signum
   _shutdown()
   previous = _previous_handlers.get(signum)
   if callable(previous):
@@ -356,9 +363,11 @@ def install(max_concurrent_computation_calls: int = -1, backend: str = 'cpp',
 
 
 def raise_if_interrupted():
-  """Raises KeyboardInterrupt if a SIGINT stopped the context (even a swallowed one)."""
+  """Raises KeyboardInterrupt if a signal shut the context down (even if the
+  handler's own exception was swallowed), until the next `install()`."""
   if _interrupted is not None:
-    raise KeyboardInterrupt(f'interrupted by signal {_interrupted}')
+    raise KeyboardInterrupt(f'signal {_interrupted} shut the TFF context down; call '
+                            'tff_algos.runtime.install() for a new one')
 
 
 def active() -> Optional[ManagedContext]:

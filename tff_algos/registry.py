@@ -50,10 +50,16 @@ ALGORITHM_SPECIFIC_FLAGS: dict[str, frozenset[str]] = {
 }
 
 
-def check_specific_flags(name: str, hp: HParams) -> None:
+def _set_flags(hp: HParams) -> list[tuple[str, frozenset[str]]]:
+  """(flag, its users) for each algorithm-specific flag that `hp` sets."""
   defaults = HParams()
-  for flag, users in ALGORITHM_SPECIFIC_FLAGS.items():
-    if name not in users and getattr(hp, flag) != getattr(defaults, flag):
+  return [(flag, users) for flag, users in ALGORITHM_SPECIFIC_FLAGS.items()
+          if getattr(hp, flag) != getattr(defaults, flag)]
+
+
+def check_specific_flags(name: str, hp: HParams) -> None:
+  for flag, users in _set_flags(hp):
+    if name not in users:
       raise ValueError(f'--{flag} is not used by {name} (only by '
                        f'{", ".join(sorted(users))}); leave it at its default')
 
@@ -61,11 +67,8 @@ def check_specific_flags(name: str, hp: HParams) -> None:
 def ignored_flags(names, hp: HParams) -> dict[str, list[str]]:
   """Algorithm-specific flags set in `hp` -> the algorithms of `names` that do not
   use them (a grid runs those without; its binary says so)."""
-  defaults = HParams()
-  return {flag: [n for n in names if n not in users]
-          for flag, users in ALGORITHM_SPECIFIC_FLAGS.items()
-          if getattr(hp, flag) != getattr(defaults, flag)
-          and any(n not in users for n in names)}
+  ignoring = {flag: [n for n in names if n not in users] for flag, users in _set_flags(hp)}
+  return {flag: ignored for flag, ignored in ignoring.items() if ignored}
 
 
 def for_algorithm(name: str, hp: HParams) -> HParams:

@@ -199,7 +199,8 @@ class MetricsCSV:
       csv.DictWriter(f, fieldnames=self.fields).writerow(row)
 
 
-def _tensorboard(tb_dir: str, csv_writer: MetricsCSV) -> tff.program.TensorBoardReleaseManager:
+def _tensorboard(tb_dir: str, dropped_rows: bool,
+                 kept_rows: list[dict[str, Any]]) -> tff.program.TensorBoardReleaseManager:
   """The run's TensorBoard log, without rounds that the run will repeat.
 
   A resumed run repeats the rounds after its checkpoint; their first values
@@ -207,10 +208,10 @@ def _tensorboard(tb_dir: str, csv_writer: MetricsCSV) -> tff.program.TensorBoard
   TensorBoard would show both. When `MetricsCSV` dropped such rows, the log is
   rewritten from the rows it kept (their wall times become the resume's).
   """
-  if csv_writer.dropped_rows and os.path.isdir(tb_dir):
+  if dropped_rows and os.path.isdir(tb_dir):
     shutil.rmtree(tb_dir)
     manager = tff.program.TensorBoardReleaseManager(tb_dir)
-    asyncio.run(_release_rows(manager, read_metrics(csv_writer.path)))
+    asyncio.run(_release_rows(manager, kept_rows))
     return manager
   return tff.program.TensorBoardReleaseManager(tb_dir)
 
@@ -290,14 +291,16 @@ def run_training(algorithm: FederatedAlgorithm, task: Task, config: RunConfig,
     loaded, version = asyncio.run(_load_checkpoint(state_manager, state))
     if loaded is not None:
       state, start_round = loaded, version
+  kept_rows = []  # metrics.csv's rows up to the checkpoint, parsed
   if out_dir:
     csv_writer = MetricsCSV(os.path.join(out_dir, 'metrics.csv'), start_round)
-    tb_manager = _tensorboard(os.path.join(out_dir, 'tb'), csv_writer)
+    if os.path.exists(csv_writer.path):
+      kept_rows = read_metrics(csv_writer.path)
+    tb_manager = _tensorboard(os.path.join(out_dir, 'tb'), csv_writer.dropped_rows,
+                              kept_rows)
   # Running totals of bytes and client FLOPs (issue 6), continued on resume
   # from the rows kept in metrics.csv.
-  cumulative = accounting.CumulativeCost(
-      read_metrics(csv_writer.path) if csv_writer and os.path.exists(csv_writer.path)
-      else ())
+  cumulative = accounting.CumulativeCost(kept_rows)
   if start_round > config.total_rounds:
     raise ValueError(f'checkpoint at round {start_round} is past total_rounds='
                      f'{config.total_rounds}')

@@ -134,7 +134,7 @@ class WorkerStopped(RuntimeError):
   """A call reached a worker that this process has stopped (not retryable)."""
 
 
-def _stack_factory(address: str, stopped: Callable[[], bool] = lambda: False):
+def _stack_factory(address: str, stopped: Callable[[], bool]):
   """TFF's executor stack: a `RemoteExecutor` on the worker at `address`.
 
   TFF retries a call whose worker is unreachable, for ever (backoff up to
@@ -232,8 +232,7 @@ def _fix_mergeable_client_order():
     module._invoke_after_merge_in_async_pool = _after_merge_in_client_order  # pylint: disable=protected-access
 
 
-def _native_context(address: str, sync: bool = True,
-                    stopped: Callable[[], bool] = lambda: False):
+def _native_context(address: str, stopped: Callable[[], bool], sync: bool = True):
   cls = (sync_execution_context.SyncExecutionContext if sync
          else async_execution_context.AsyncExecutionContext)
   return cls(executor_fn=_stack_factory(address, stopped),
@@ -270,14 +269,14 @@ class ManagedContext:
       self.close()
       raise
     if workers is None:
-      self.context = _native_context(self.addresses[0], stopped=self._is_closed)
+      self.context = _native_context(self.addresses[0], self._is_closed)
     else:
       # TFF's multi-worker execution: each call's clients are split into one
       # subround per worker; partial aggregates are merged, then `after_merge`
       # (whose CLIENTS results we keep in client order: see above).
       _fix_mergeable_client_order()
       self.context = mergeable_comp_execution_context.MergeableCompExecutionContext(
-          async_contexts=[_native_context(a, sync=False, stopped=self._is_closed)
+          async_contexts=[_native_context(a, self._is_closed, sync=False)
                           for a in self.addresses],
           compiler_fn=mergeable_comp_compiler.compile_to_mergeable_comp_form,
           transform_result=tensorflow_computation.transform_result)

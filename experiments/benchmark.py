@@ -141,9 +141,8 @@ def main(argv):
       return local_training.run_local_training(
           model, opt, None, init, dataset, STEPS, -1).num_steps
 
-    floor_loop()  # traced before TFF builds Keras models in graphs of its own
-    for dataset in data[10]:
-      client_loop(dataset)
+    floor_loop()  # both traced before TFF builds Keras models in graphs of its own
+    client_loop(data[10][0])
 
     fedavg = _Rounds(fedopt.build_fedopt(task.model_fn, fedopt.FedOptConfig(
         client_optimizer=sgd, local_steps=STEPS)).process, data[10])

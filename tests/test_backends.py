@@ -7,6 +7,13 @@
 * both, for every registered algorithm, under `-m slow`;
 * a worker started with `python -m tff_algos.runtime.worker` serves
   `--workers=localhost:PORT` and stops cleanly on SIGTERM.
+
+On a machine with a GPU the in-process backend runs there, so every
+in-process test above compares GPU training with the C++ worker's CPU
+training; one more test (skipped without a GPU) checks that a CNN's clients
+really train on the GPU. TF32, TensorFlow's default on Ampere and newer GPUs,
+is turned off here: it rounds matmul and convolution inputs to 10-bit
+mantissas, far outside this file's 1e-5.
 """
 
 import contextlib
@@ -30,6 +37,8 @@ from tff_algos.hparams import HParams
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ATOL = 1e-5
+GPUS = tf.config.list_logical_devices('GPU')
+tf.config.experimental.enable_tensor_float_32_execution(False)
 NUM_CLIENTS = 5  # odd: two workers get 3 and 2 clients
 
 
@@ -94,6 +103,84 @@ def test_inprocess_backend_equals_cpp_backend(task, client_data):
   assert_same(state, cpp_state)
   assert_same(metrics, cpp_metrics)
   # The model moved (the comparison is not between two untouched initial states).
+  init = leaves(process.get_model_weights(process.initialize()).trainable)
+  moved = leaves(process.get_model_weights(state).trainable)
+  assert max(np.abs(x - y).max() for x, y in zip(init, moved)) > 1e-2
+
+
+@pytest.mark.parametrize('name', ['fedavg', 'scaffold'])
+def test_inprocess_host_datasets_mode_equals_cpp_backend(task, client_data, name, monkeypatch):
+  """The path taken with a GPU, forced on here: computations taking datasets get
+  TFF's static function inlining and run call by call, outside traced rounds."""
+  from tff_algos.runtime import inprocess
+  inlined = []
+  inline = inprocess._inline_function_calls  # pylint: disable=protected-access
+  monkeypatch.setattr(inprocess, '_inline_function_calls',
+                      lambda comp: inlined.append(comp) or inline(comp))
+  stateful = name == 'scaffold'
+  process = (fedavg(task).process if name == 'fedavg' else
+             registry.build(name, task.model_fn, HParams(local_steps=2)).process)
+  cpp, cpp_metrics = run_rounds(process, client_data, 2, stateful=stateful)
+  ours, metrics = run_rounds(process, client_data, 2,
+                             inprocess.create_context(host_datasets=True), stateful=stateful)
+  assert len(inlined) == 1  # the client work, the only computation taking datasets
+  assert_same(ours, cpp)
+  assert_same(metrics, cpp_metrics)
+
+
+def test_host_datasets_pins_the_input_pipeline_to_the_cpu_in_function_bodies():
+  """The GPU path's pinning reaches iterators made inside tf.cond branches
+  (on an H100, TensorFlow placed such an iterator on the GPU and crashed)."""
+  from tff_algos.core import local_training
+  from tff_algos.runtime import inprocess
+
+  @tf.function
+  def total(dataset, go):
+    return tf.cond(go, lambda: local_training.fold(dataset, tf.constant(0, tf.int64), tf.add),
+                   lambda: tf.constant(0, tf.int64))
+
+  graph_def = total.get_concrete_function(
+      tf.data.Dataset.range(3), tf.TensorSpec([], tf.bool)).graph.as_graph_def()
+  inprocess._pin_input_pipeline_to_cpu(graph_def)  # pylint: disable=protected-access
+  bodies = [n for f in graph_def.library.function for n in f.node_def]
+  pipeline = [n for n in list(graph_def.node) + bodies
+              if inprocess._is_input_pipeline_op(n.op)]  # pylint: disable=protected-access
+  assert {'AnonymousIteratorV3', 'IteratorGetNextAsOptional', 'OptionalGetValue'} <= {
+      n.op for n in bodies if n in pipeline}
+  assert all(n.device == '/device:CPU:0' for n in pipeline)
+  assert all(n.device == '' for n in bodies if n.op == 'AddV2')  # compute is left free
+
+
+@pytest.mark.skipif(not GPUS, reason='needs a GPU (run it on one: docs/performance.md)')
+def test_gpu_inprocess_backend_trains_a_cnn_on_the_gpu_as_the_cpp_worker_on_cpu():
+  import collections
+  from tasks import base, partition
+  rng = np.random.default_rng(0)
+  n = NUM_CLIENTS * 3 * 16
+  features = collections.OrderedDict(
+      x=rng.random((n, 28, 28, 1), dtype=np.float32),
+      y=rng.integers(0, 10, n).astype(np.int32))
+  spec = collections.OrderedDict(x=tf.TensorSpec([None, 28, 28, 1], tf.float32),
+                                 y=tf.TensorSpec([None], tf.int32))
+  cnn = base.Task(
+      name='cnn', train_data=partition.to_client_data(
+          features, np.array_split(np.arange(n), NUM_CLIENTS)),
+      preprocess_fn=lambda ds: ds.batch(16),
+      model_fn=base.logits_classifier_fn(lambda: tf.keras.Sequential([
+          tf.keras.layers.Conv2D(32, 3, activation='relu', input_shape=(28, 28, 1)),
+          tf.keras.layers.MaxPooling2D(),
+          tf.keras.layers.Flatten(),
+          tf.keras.layers.Dense(10)]), spec))
+  data = [cnn.client_dataset(cid) for cid in cnn.client_ids]
+  process = fedavg(cnn).process
+  cpp_state, cpp_metrics = run_rounds(process, data, 3)
+  tf.config.experimental.reset_memory_stats(GPUS[0].name)
+  with backend(backend='inprocess') as ctx:
+    state, metrics = run_rounds(process, data, 3, ctx.context)
+  # A client's batch of conv activations alone is 16 x 26 x 26 x 32 floats.
+  assert tf.config.experimental.get_memory_info(GPUS[0].name)['peak'] > 16 * 26 * 26 * 32 * 4
+  assert_same(state, cpp_state)
+  assert_same(metrics, cpp_metrics)
   init = leaves(process.get_model_weights(process.initialize()).trainable)
   moved = leaves(process.get_model_weights(state).trainable)
   assert max(np.abs(x - y).max() for x, y in zip(init, moved)) > 1e-2
@@ -329,9 +416,10 @@ def test_two_workers_give_client_states_back_to_their_clients(task, client_data)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize('kind', ['inprocess', 'two_workers'])
+@pytest.mark.parametrize('kind', ['inprocess', 'host_datasets', 'two_workers'])
 @pytest.mark.parametrize('name', sorted(registry.ALGORITHMS))
 def test_backends_equal_cpp_for_every_algorithm(task, client_data, name, kind):
+  """host_datasets: the in-process backend's GPU path (forced on without one)."""
   if name == 'fedmax':  # needs a hidden layer
     task = get_task('digits', TaskOptions(batch_size=16, num_clients=20, model='mlp'))
     client_data = [task.client_dataset(cid) for cid in task.client_ids[:NUM_CLIENTS]]
@@ -347,8 +435,13 @@ def test_backends_equal_cpp_for_every_algorithm(task, client_data, name, kind):
   assert algorithm is not None, f'no test hyperparameters for {name}'
   process, stateful = algorithm.process, getattr(algorithm, 'stateful_clients', False)
   cpp_state, cpp_metrics = run_rounds(process, client_data, 2, stateful=stateful)
-  with backend(**({'backend': 'inprocess'} if kind == 'inprocess' else {'workers': 2})) as ctx:
-    state, metrics = run_rounds(process, client_data, 2, ctx.context, stateful=stateful)
+  if kind == 'host_datasets':
+    from tff_algos.runtime import inprocess
+    state, metrics = run_rounds(process, client_data, 2,
+                                inprocess.create_context(host_datasets=True), stateful=stateful)
+  else:
+    with backend(**({'backend': 'inprocess'} if kind == 'inprocess' else {'workers': 2})) as ctx:
+      state, metrics = run_rounds(process, client_data, 2, ctx.context, stateful=stateful)
   assert_same(state, cpp_state)
   assert_same(metrics, cpp_metrics)
 

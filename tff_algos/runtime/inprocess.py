@@ -35,8 +35,22 @@ docs/performance.md.
 Supported intrinsics: the ones the native compiler leaves in our learning
 processes (map, apply, broadcast, zip, aggregate, value, eval) and sum/mean/
 weighted mean; others (secure sums, select, min/max, sequence ops) raise a
-clear `ValueError`. With several visible GPUs, client k's TensorFlow work is
-placed on GPU k mod #GPUs; with one, TensorFlow places it on that GPU.
+clear `ValueError`.
+
+With a GPU (`host_datasets`, on by default when TensorFlow sees one), the
+client work runs on the GPU with its input pipeline on the host, as in TFF's
+own C++ runtime: each computation that takes datasets gets the native
+compiler's static Grappler pass (function inlining), its dataset, iterator and
+optional ops are pinned to the CPU, each dataset is passed as its serialized
+graph (a host string) and rebuilt on the CPU inside the computation, and such
+computations run call by call (one eager call per client) instead of inside a
+traced round. Without this, on an H100 with TF 2.14, a dataset reaching a
+function call op on the GPU failed ("No unary variant device copy function
+found ... DatasetVariantWrapper") and an iterator that TensorFlow placed on
+the GPU crashed the process. Measured on the H100 (tests/test_backends.py):
+the same model as the C++ worker on CPU, to 1e-5, with TF32 off. With several
+visible GPUs, client k's work is placed on GPU k mod #GPUs (untested: one GPU
+was lent).
 """
 
 from __future__ import annotations
@@ -51,6 +65,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 from tensorflow_federated.proto.v0 import computation_pb2 as pb
 from tensorflow_federated.python.common_libs import structure
+from tensorflow_federated.python.core.environments.tensorflow_backend import compiled_computation_transformations
 from tensorflow_federated.python.core.environments.tensorflow_backend import tensorflow_tree_transformations
 from tensorflow_federated.python.core.environments.tensorflow_frontend import tensorflow_computation
 from tensorflow_federated.python.core.impl.compiler import building_blocks as bb
@@ -63,6 +78,7 @@ from tensorflow_federated.python.core.impl.executors import executor_base
 from tensorflow_federated.python.core.impl.executors import executor_value_base
 from tensorflow_federated.python.core.impl.types import computation_types
 from tensorflow_federated.python.core.impl.types import placements
+from tensorflow_federated.python.core.impl.types import type_analysis
 from tensorflow_federated.python.core.impl.types import type_conversions
 from tensorflow_federated.python.core.impl.utils import tensorflow_utils
 from tensorflow_federated.python.tensorflow_libs import serialization_utils
@@ -97,7 +113,8 @@ class _TensorFlowFunction:
   share the imported graph's variables.
   """
 
-  def __init__(self, proto: pb.Computation, type_signature: computation_types.FunctionType):
+  def __init__(self, proto: pb.Computation, type_signature: computation_types.FunctionType,
+               host_datasets: bool = False):
     tf_proto = proto.tensorflow
     self._parameter_type = type_signature.parameter
     self._result_type = type_signature.result
@@ -109,12 +126,32 @@ class _TensorFlowFunction:
     # Function names are global in the eager context: equal names of different
     # graphs (e.g. `__inference_..._155`) must not clash.
     _rename_functions(graph_def, suffix)
-    wrapped = tf.compat.v1.wrap_function(
-        lambda: tf.compat.v1.import_graph_def(graph_def, name=''), [])
-    graph = wrapped.graph
+    if host_datasets:
+      _pin_input_pipeline_to_cpu(graph_def)
     param_names = (tensorflow_utils.extract_tensor_names_from_binding(tf_proto.parameter)
                    if tf_proto.HasField('parameter') else [])
-    feeds = [graph.as_graph_element(n) for n in param_names]
+    # With `host_datasets`, a dataset parameter is fed its serialized graph (a
+    # host string) and rebuilt on the CPU inside this graph.
+    variants = {n.name for n in graph_def.node
+                if n.op == 'Placeholder' and n.attr['dtype'].type == tf.variant.as_datatype_enum}
+    self._serialized = ([n.split(':')[0] in variants for n in param_names]
+                        if host_datasets else [False] * len(param_names))
+    self._host_datasets = host_datasets  # then called call by call, by design
+    strings = {}
+
+    def import_graph():
+      input_map = {}
+      for k, name in enumerate(param_names):
+        if self._serialized[k]:
+          with tf.device('/device:CPU:0'):
+            strings[k] = tf.compat.v1.placeholder(tf.string, [], name=f'serialized_dataset_{k}')
+            input_map[name] = tf.raw_ops.DatasetFromGraph(graph_def=strings[k])
+      tf.compat.v1.import_graph_def(graph_def, input_map=input_map, name='')
+
+    wrapped = tf.compat.v1.wrap_function(import_graph, [])
+    graph = wrapped.graph
+    feeds = [strings[k] if k in strings else graph.as_graph_element(n)
+             for k, n in enumerate(param_names)]
     self._dtypes = [t.dtype for t in feeds]
     self._token = None
     if tf_proto.session_token_tensor_name:
@@ -125,7 +162,7 @@ class _TensorFlowFunction:
     self._signature = [tf.TensorSpec(t.shape, t.dtype) for t in feeds]
     result_names = tensorflow_utils.extract_tensor_names_from_binding(tf_proto.result)
     pruned = wrapped.prune(feeds, [graph.as_graph_element(n) for n in result_names])
-    self._pruned = _strict(pruned, self._signature)
+    self._pruned = None if host_datasets else _strict(pruned, self._signature)
     self._num_outputs = len(result_names)
     self._pruned_init = pruned_init = None
     if tf_proto.initialize_op:
@@ -133,8 +170,10 @@ class _TensorFlowFunction:
       with graph.as_default(), tf.control_dependencies([init_op]):
         done = tf.constant(True)  # a tensor to order the call after
       pruned_init = wrapped.prune(feeds[len(param_names):], [init_op, done])
-      self._pruned_init = _strict(pruned_init, self._signature[len(param_names):])
-    # Graphs that cannot be traced into other functions run call by call.
+      self._pruned_init = (_strict(pruned_init, self._signature[len(param_names):])
+                           if not host_datasets else None)
+    # Graphs that cannot (or must not) be traced into other functions run
+    # call by call.
     self._batchable = self._pruned is not None and (
         pruned_init is None or self._pruned_init is not None)
     if not self._batchable:
@@ -148,6 +187,8 @@ class _TensorFlowFunction:
     flat = []
     if self._parameter_type is not None:
       _flatten(arg, self._parameter_type, flat)
+      flat = [_serialized_dataset(v) if serialized else v
+              for v, serialized in zip(flat, self._serialized)]
       flat = _tensors(flat, self._dtypes)
     if self._token is not None:
       flat.append(self._token)
@@ -205,11 +246,11 @@ class _TensorFlowFunction:
         raise tf.errors.InternalError(None, None, 'not traceable')
       concrete = tf.function(body, autograph=False).get_concrete_function(*signature)
     except tf.errors.InternalError as e:  # see `_strict`: the same, one level up
-      if not self._chunks:  # once per computation
+      if not self._chunks and not self._host_datasets:  # once per computation
         logging.warning('In-process backend: a computation of type %s cannot be traced '
                         'into a batched call (%s); it runs eagerly, one call per client.',
                         self._result_type, str(e).splitlines()[0][:200])
-      fn = self._chunks[key] = self._eager_chunk(kind, size)
+      fn = self._chunks[key] = self._eager_chunk(kind, size, devices)
       return fn
     captured = concrete.captured_inputs
 
@@ -221,18 +262,21 @@ class _TensorFlowFunction:
     self._chunks[key] = fn
     return fn
 
-  def _eager_chunk(self, kind: str, size: int):
+  def _eager_chunk(self, kind: str, size: int, devices: tuple = ()):
     """What `_chunk` traces, as eager calls (same order, same initialisation)."""
     n_in, n_out = len(self._signature), self._num_outputs
 
-    def call(flat):
-      if self._pruned_init is not None:
-        self._pruned_init(*flat[len(self._dtypes):])
-      return list(self._pruned(*flat))
+    def call(flat, device=None):
+      with tf.device(device):
+        if self._pruned_init is not None:
+          self._pruned_init(*flat[len(self._dtypes):])
+        return list(self._pruned(*flat))
 
     if kind == 'map':
-      return lambda *args: [t for k in range(size)
-                            for t in call(args[k * n_in:(k + 1) * n_in])]
+      return lambda *args: [
+          t for k in range(size)
+          for t in call(args[k * n_in:(k + 1) * n_in],
+                        devices[k % len(devices)] if devices else None)]
 
     def fold(*args):
       acc, values, n_v = list(args[:n_out]), args[n_out:], n_in - n_out
@@ -251,7 +295,8 @@ class _TensorFlowFunction:
     and TensorFlow may overlap them with these.
     """
     if not self._batchable:
-      raise _NotTraceable('a TensorFlow computation cannot be traced into a function')
+      raise _NotTraceable('a TensorFlow computation cannot be traced into a function '
+                          '(or takes datasets, which run call by call with a GPU)')
     graph = tf.compat.v1.get_default_graph()
     if self._graph is None or self._graph() is not graph:
       self._graph, self._graph_deps = weakref.ref(graph), {}
@@ -325,6 +370,36 @@ def _strict(pruned, signature):
     return None
 
 
+def _takes_datasets(type_signature: computation_types.FunctionType) -> bool:
+  return type_signature.parameter is not None and type_analysis.contains(
+      type_signature.parameter, lambda t: isinstance(t, computation_types.SequenceType))
+
+
+def _native_grappler_config() -> tf.compat.v1.ConfigProto:
+  """The static Grappler pass of TFF's native compiler (`desugar_and_transform_to_native`)."""
+  config = tf.compat.v1.ConfigProto()
+  rewrite = config.graph_options.rewrite_options
+  aggressive = rewrite.AGGRESSIVE
+  rewrite.memory_optimization = aggressive
+  rewrite.constant_folding = aggressive
+  rewrite.arithmetic_optimization = aggressive
+  rewrite.loop_optimization = aggressive
+  rewrite.function_optimization = aggressive
+  return config
+
+
+def _inline_function_calls(comp: bb.CompiledComputation) -> bb.CompiledComputation:
+  """`comp` through TFF's native compiler's static Grappler pass.
+
+  TFF's compiler runs it for GPUs: "The function inlining is critical for GPU
+  support, otherwise variant placeholders that received datasets will be placed
+  on GPUs which don't have kernels for datasets". The GPU path of this backend
+  was verified with it (see the module docstring).
+  """
+  return compiled_computation_transformations.optimize_tensorflow_comp(
+      comp, _native_grappler_config())
+
+
 _MAX_CHUNK = 16
 
 
@@ -382,6 +457,30 @@ def _flatten(value, type_spec, out: list):
     out.append(value)
 
 
+def _is_input_pipeline_op(op: str) -> bool:
+  return 'Dataset' in op or 'Iterator' in op or op.startswith('Optional')
+
+
+def _pin_input_pipeline_to_cpu(graph_def) -> None:
+  """Dataset, iterator and optional ops (in the graph and its functions) on the CPU.
+
+  TFF serialises graphs without device annotations, and with a GPU TensorFlow
+  2.14 placed iterators created in a tf.cond branch on the GPU, where using
+  them crashed the process (segfault).
+  """
+  nodes = list(graph_def.node)
+  for function in graph_def.library.function:
+    nodes.extend(function.node_def)
+  for node in nodes:
+    if _is_input_pipeline_op(node.op):
+      node.device = '/device:CPU:0'
+
+
+def _serialized_dataset(variant: tf.Tensor) -> tf.Tensor:
+  """A dataset's graph, as TFF serialises datasets for its C++ worker."""
+  return tf.raw_ops.DatasetToGraphV2(input_dataset=variant)
+
+
 def _tensors(values: list, dtypes: list) -> list:
   """`values` as tensors of `dtypes` (tensors are passed through)."""
   return [v if isinstance(v, tf.Tensor) else tf.convert_to_tensor(v, dtype=d)
@@ -435,9 +534,11 @@ def _add(a, b):
 class _Interpreter:
   """Evaluates a compiled building block for a given number of clients."""
 
-  def __init__(self, num_clients: int, devices: list[str], tf_functions: dict):
+  def __init__(self, num_clients: int, devices: list[str], tf_functions: dict,
+               host_datasets: bool = False):
     self.num_clients = num_clients
     self.devices = devices
+    self.host_datasets = host_datasets
     # Client k's TensorFlow work goes to devices[k mod #devices] when several.
     self._client_devices = tuple(devices) if len(devices) > 1 else ()
     self.tf_functions = tf_functions  # id(CompiledComputation) -> (it, function)
@@ -447,7 +548,11 @@ class _Interpreter:
     entry = self.tf_functions.get(key)
     if entry is None:
       with tf.init_scope():  # imported eagerly, also when met while tracing
-        entry = (comp, _TensorFlowFunction(comp.proto, comp.type_signature))
+        if self.host_datasets and _takes_datasets(comp.type_signature):
+          entry = (comp, _TensorFlowFunction(
+              _inline_function_calls(comp).proto, comp.type_signature, host_datasets=True))
+        else:
+          entry = (comp, _TensorFlowFunction(comp.proto, comp.type_signature))
       self.tf_functions[key] = entry
     return entry[1]
 
@@ -663,7 +768,8 @@ class _Traced:
 
   _MAX_TRACES = 16  # per computation (cohort sizes, shapes); beyond, eager
 
-  def __init__(self):
+  def __init__(self, host_datasets: bool = False):
+    self._host_datasets = host_datasets  # then calls taking datasets are interpreted
     # (id(block), #clients, template key) -> (block, (function, result template) or None)
     self._functions: dict = {}
     self._counts: dict = {}  # id(block) -> (block, number of templates traced)
@@ -673,6 +779,8 @@ class _Traced:
     leaves, key = [], []
     try:
       template = _pack(arg, leaves, key) if arg is not None else None
+      if self._host_datasets and 'dataset' in key:
+        raise _NotTraceable('datasets stay on the host')
     except _NotTraceable:
       template, leaves, key = None, None, None
     if leaves is not None:
@@ -778,11 +886,13 @@ class _Value(executor_value_base.ExecutorValue):
 class InProcessExecutor(executor_base.Executor):
   """Interprets natively compiled TFF computations in this Python process."""
 
-  def __init__(self, num_clients: int, devices: list[str], cache: dict):
+  def __init__(self, num_clients: int, devices: list[str], cache: dict,
+               host_datasets: bool = False):
     # Building blocks and imported TF functions are shared by all cohort sizes.
     self._cache = cache.setdefault('computations', {})
-    self._interpreter = _Interpreter(num_clients, devices, cache.setdefault('tf', {}))
-    self._traced = cache.setdefault('traced', _Traced())
+    self._interpreter = _Interpreter(num_clients, devices, cache.setdefault('tf', {}),
+                                     host_datasets)
+    self._traced = cache.setdefault('traced', _Traced(host_datasets))
 
   def close(self):
     pass
@@ -850,13 +960,21 @@ def gpu_devices() -> list[str]:
   return [d.name for d in tf.config.list_logical_devices('GPU')]
 
 
-def create_context(devices: Optional[list[str]] = None):
-  """A sync TFF context running everything in this process (GPU if visible)."""
+def create_context(devices: Optional[list[str]] = None,
+                   host_datasets: Optional[bool] = None):
+  """A sync TFF context running everything in this process (GPU if visible).
+
+  `host_datasets` (default: when TensorFlow sees a GPU) keeps datasets on the
+  host: computations that take datasets (client training) get TFF's static
+  function inlining and run as their own calls, one per client, rather than
+  inside a traced round (see `_inline_function_calls`).
+  """
   devices = gpu_devices() if devices is None else devices
+  host_datasets = bool(gpu_devices()) if host_datasets is None else host_datasets
   cache: dict = {}
 
   def stack_fn(cardinalities):
-    return InProcessExecutor(cardinalities.get(tff.CLIENTS, 0), devices, cache)
+    return InProcessExecutor(cardinalities.get(tff.CLIENTS, 0), devices, cache, host_datasets)
 
   return sync_execution_context.SyncExecutionContext(
       executor_fn=python_executor_stacks.ResourceManagingExecutorFactory(

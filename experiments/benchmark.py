@@ -11,7 +11,10 @@ steps in one plain `tf.function` loop (the compute floor); (b) our FedAvg over
 TFF's `build_weighted_fed_avg` on the same data; (c) every algorithm over our
 FedAvg; (d) seconds per round for 10, 20, 40 clients; (e) peak memory of this
 process and of the TFF worker; (f) milliseconds per round of the quadratic toy
-(one parameter, 10 clients, one example each), where compute is nil. Timings
+(one parameter, 10 clients, one example each), where compute is nil; with
+--models, (g) seconds and rounds per second of our FedAvg (same work as (a))
+on other models on synthetic data of their task's shape (EMNIST CNN,
+CIFAR-100 ResNet-18), for GPU vs CPU runs (--models_only skips (a)-(f)). Timings
 are medians over the measured rounds after warm-up rounds; the ratios (a),
 (b), (c) are medians of ratios of runs measured side by side (this machine's
 speed drifts by tens of percent between minutes). The LAST line is one JSON
@@ -44,9 +47,105 @@ from experiments import runtime_flags
 flags.DEFINE_bool('quick', False, 'Fewer measured rounds (for CI-sized machines).')
 flags.DEFINE_list('algorithms', None, '(c) only these registry algorithms (default: all).')
 flags.DEFINE_integer('seed', 0, 'Seed of the synthetic data.')
+flags.DEFINE_list('models', [],
+                  '(g) also time FedAvg rounds of these models on synthetic data of '
+                  'their task\'s shape (seconds and rounds per second; same work as '
+                  '(a)): emnist_cnn, cifar100_resnet18. Run it once with the GPU and '
+                  'once with CUDA_VISIBLE_DEVICES= for GPU vs CPU.')
+flags.DEFINE_bool('models_only', False, 'Measure only (g), skipping (a)-(f).')
 FLAGS = flags.FLAGS
 
 CLIENTS, STEPS, BATCH = 10, 10, 20
+# (g): name -> (example shape, classes, model builder, Keras output is logits).
+MODELS = {
+    'emnist_cnn': ((28, 28, 1), 62, 'femnist_cnn', True),  # papers 000/004, (a)'s model
+    'cifar100_resnet18': ((24, 24, 3), 100, 'cifar_resnet18', False),  # TFF's baseline
+}
+
+
+def _synthetic_task(model: str, n_clients: int, seed: int):
+  """`n_clients` clients of STEPS batches of BATCH random examples of `model`'s
+  task shape (features and labels uniform), with that model."""
+  import tensorflow as tf
+  from tasks import base, models, partition
+  shape, classes, builder, logits = MODELS[model]
+  rng = np.random.default_rng(seed)
+  n = n_clients * STEPS * BATCH
+  x = rng.random((n, *shape), dtype=np.float32)
+  y = rng.integers(0, classes, n).astype(np.int32)
+  spec = collections.OrderedDict(x=tf.TensorSpec([None, *shape], tf.float32),
+                                 y=tf.TensorSpec([None], tf.int32))
+  keras_fn = lambda: getattr(models, builder)(num_classes=classes)  # noqa: E731
+  return base.Task(
+      name=f'{model}_shaped', train_data=partition.to_client_data(
+          collections.OrderedDict(x=x, y=y), np.array_split(np.arange(n), n_clients)),
+      preprocess_fn=lambda ds: ds.batch(BATCH),
+      model_fn=base.keras_model_fn(
+          keras_fn, spec,
+          lambda: tf.keras.losses.SparseCategoricalCrossentropy(from_logits=logits),
+          lambda: [tf.keras.metrics.SparseCategoricalAccuracy()]))
+
+
+class _PlainTF:
+  """The round's SGD steps without TFF: CLIENTS * STEPS steps in one
+  `tf.function` loop over one client's data repeated (the compute floor), or
+  one `tf.function` call per client from the same initial weights."""
+
+  def __init__(self, task, optimizer_spec, trace_client=None):
+    import tensorflow as tf
+    import tensorflow_federated as tff
+    from tff_algos.core import local_training
+    model = task.model_fn()
+    weights = tff.learning.models.ModelWeights.from_model(model)
+    init = tf.nest.map_structure(lambda v: v.read_value(), weights)
+    dataset = task.train_data.create_tf_dataset_for_client(
+        task.client_ids[0]).repeat(CLIENTS).batch(BATCH)
+    opt = optimizer_spec.build()
+
+    @tf.function
+    def floor_loop():
+      return local_training.run_local_training(
+          model, opt, None, init, dataset, CLIENTS * STEPS, 1).num_steps
+
+    @tf.function
+    def client_loop(client_dataset):  # one client's STEPS steps, as in a round
+      return local_training.run_local_training(
+          model, opt, None, init, client_dataset, STEPS, -1).num_steps
+
+    self._floor, self._client = floor_loop, client_loop
+    # Traced now, before TFF builds Keras models in graphs of its own.
+    floor_loop()
+    if trace_client is not None:
+      client_loop(trace_client)
+
+  def floor_once(self) -> float:
+    t0 = time.perf_counter()
+    assert int(self._floor()) == CLIENTS * STEPS
+    return time.perf_counter() - t0
+
+  def per_client_once(self, datasets) -> float:
+    t0 = time.perf_counter()
+    assert sum(int(self._client(d)) for d in datasets) == CLIENTS * STEPS
+    return time.perf_counter() - t0
+
+
+def _model_timings(model: str, rounds: int, seed: int) -> dict:
+  """(g): our FedAvg on `model` (CLIENTS x STEPS x BATCH, as (a)) and its floor,
+  interleaved; medians."""
+  from tff_algos import fedopt
+  from tff_algos.core import optimizers
+  task = _synthetic_task(model, CLIENTS, seed)
+  sgd = optimizers.OptimizerSpec('sgd', 0.01)
+  plain = _PlainTF(task, sgd)
+  fedavg = _Rounds(fedopt.build_fedopt(task.model_fn, fedopt.FedOptConfig(
+      client_optimizer=sgd, local_steps=STEPS)).process,
+                   [task.client_dataset(c) for c in task.client_ids])
+  plain.floor_once(), fedavg.time(2)
+  times = np.array([(plain.floor_once(), fedavg.time()) for _ in range(rounds)])
+  floor_s, round_s = np.median(times, axis=0)
+  return dict(seconds_per_round=float(round_s), rounds_per_second=float(1 / round_s),
+              pure_tf_floor_seconds=float(floor_s),
+              overhead_vs_pure_tf=float(np.median(times[:, 1] / times[:, 0])))
 
 
 class _Rounds:
@@ -79,16 +178,140 @@ class _Rounds:
     return float(np.median([self.time() for _ in range(rounds)]))
 
 
-def main(argv):
-  del argv
-  common.quiet_logs()
+def _measure_a_to_f(result: dict, ctx, rounds: int, phase_done) -> None:
+  """(a)-(f) into `result`, on the backend of the installed context `ctx`."""
   import psutil
   import tensorflow as tf
   import tensorflow_federated as tff
-  from tasks import base, models, partition, quadratic
+  from tasks import quadratic
   from tff_algos import fedopt, registry
   from tff_algos.hparams import HParams
-  from tff_algos.core import local_training, optimizers, stateful_process
+  from tff_algos.core import optimizers, stateful_process
+  task = _synthetic_task('emnist_cnn', 40, FLAGS.seed)
+  data = {m: [task.client_dataset(c) for c in task.client_ids[:m]] for m in (10, 20, 40)}
+  sgd = optimizers.OptimizerSpec('sgd', 0.1)
+  # (a) the compute floor: 100 SGD steps in one tf.function, no TFF.
+  plain = _PlainTF(task, sgd, trace_client=data[10][0])
+
+  fedavg = _Rounds(fedopt.build_fedopt(task.model_fn, fedopt.FedOptConfig(
+      client_optimizer=sgd, local_steps=STEPS)).process, data[10])
+  builtin = _Rounds(tff.learning.algorithms.build_weighted_fed_avg(
+      task.model_fn, client_optimizer_fn=sgd.build(),
+      server_optimizer_fn=optimizers.OptimizerSpec('sgd', 1.0).build()), data[10])
+
+  # Warm-up (tracing, first-call costs), then all interleaved, so that the
+  # machine's drift (measured: +-30% between minutes on this VM) hits each
+  # ratio's numerator and denominator alike; ratios are medians of the
+  # per-repetition ratios. The overhead (a) is the ratio closest to 1, so it
+  # is in every repetition; TFF's built-in (b) and the per-client plain-TF
+  # reference each in every other one.
+  plain.floor_once(), plain.per_client_once(data[10])
+  fedavg.time(2), builtin.time(1 if FLAGS.quick else 2)
+  times = np.array([
+      (plain.floor_once(), fedavg.time(), builtin.time() if i % 2 == 0 else np.nan,
+       plain.per_client_once(data[10]) if i % 2 == 1 else np.nan)
+      for i in range((3 if FLAGS.quick else 2) * rounds)])
+  floor_s, ours_s, builtin_s, per_client_s = np.nanmedian(times, axis=0)
+  result['seconds_per_round'] = dict(ours_fedavg=ours_s, tff_builtin=builtin_s,
+                                     pure_tf_floor=floor_s, pure_tf_per_client=per_client_s)
+  result['overhead_vs_pure_tf'] = float(np.median(times[:, 1] / times[:, 0]))
+  result['overhead_repetitions'] = [round(r, 3) for r in times[:, 1] / times[:, 0]]
+  result['ratio_vs_tff_builtin'] = float(np.nanmedian(times[:, 1] / times[:, 2]))
+  # Of (a): what the same loops cost in plain TF, one tf.function call per
+  # client (a client restarts from the server's weights: a new loop, new
+  # iterator, the delta), and what our round adds to that.
+  result['pure_tf_per_client_vs_floor'] = float(np.nanmedian(times[:, 3] / times[:, 0]))
+  result['overhead_vs_pure_tf_per_client'] = float(np.nanmedian(times[:, 1] / times[:, 3]))
+  phase_done('floor_fedavg_builtin')
+
+  # (c) every algorithm of the registry on the same clients, over our FedAvg.
+  result['per_algorithm'] = {'fedavg': 1.0}
+  result['per_algorithm_not_run'] = {}
+  candidates = (  # K=10 SGD steps; else one epoch (fedrr, nastya); else Adam (mime, mfl)
+      HParams(client_learning_rate=0.1, local_steps=STEPS),
+      HParams(client_learning_rate=0.1),
+      HParams(client_optimizer='adam', client_learning_rate=0.01, local_steps=STEPS))
+  for name in sorted(registry.ALGORITHMS):
+    if name == 'fedavg' or (FLAGS.algorithms is not None and name not in FLAGS.algorithms):
+      continue
+    try:
+      alg, error = None, None
+      for hp in candidates:
+        try:
+          alg = registry.build(name, task.model_fn, hp)
+          break
+        except ValueError as e:
+          error = e
+      if alg is None:
+        raise error
+      if getattr(alg, 'stateful_clients', False):
+        state = alg.process.initialize(stateful_process.population_of(
+            task, alg.process.needs_mean_examples))
+        other = _Rounds(alg.process, data[10],
+                        [alg.process.initial_client_state(state)] * CLIENTS).start(state)
+      else:
+        other = _Rounds(alg.process, data[10])
+      other.time(1 if FLAGS.quick else 2)  # warm-up
+      # Each of its rounds next to one of FedAvg's (see above).
+      ratios = [other.time() / fedavg.time() for _ in range(1 if FLAGS.quick else rounds)]
+    except Exception as e:  # pylint: disable=broad-except
+      result['per_algorithm_not_run'][name] = f'{type(e).__name__}: {e}'[:200]
+      continue
+    result['per_algorithm'][name] = float(np.median(ratios))
+  phase_done('per_algorithm')
+
+  # (d) linear cost in the cohort size (10 clients: FedAvg of (a)).
+  result['scaling'] = {'10': ours_s}
+  for m in (20, 40):
+    result['scaling'][str(m)] = _Rounds(fedavg.process, data[m]).median(
+        1 if FLAGS.quick else rounds, warmup=1 if FLAGS.quick else 2)
+  phase_done('scaling')
+
+  # (e) peak memory.
+  result['peak_memory_mb'] = dict(
+      python=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+  for i, pid in enumerate(ctx.pids):
+    result['peak_memory_mb'][f'worker{i}_rss_now'] = psutil.Process(pid).memory_info().rss / 2**20
+  for gpu in tf.config.list_logical_devices('GPU'):
+    result['peak_memory_mb'][gpu.name] = tf.config.experimental.get_memory_info(
+        gpu.name)['peak'] / 2**20
+
+  # (f) the fixed cost of a round: nothing to compute.
+  toy = quadratic.build_quadratic(num_runs=1, num_clients=CLIENTS)
+  toy_alg = fedopt.build_fedopt(toy.model_fn, fedopt.FedOptConfig(
+      client_optimizer=sgd, local_steps=1, uniform_weighting=True))
+  toy_data = [toy.client_dataset(c) for c in toy.client_ids]
+  result['fixed_ms_per_round'] = 1000 * _Rounds(toy_alg.process, toy_data).median(
+      max(rounds, 10) * 2)
+  phase_done('fixed_cost')
+
+
+def _print_a_to_f(result: dict) -> None:
+  seconds = result['seconds_per_round']
+  print(f"our FedAvg {seconds['ours_fedavg']:.3f} s/round; pure-TF floor "
+        f"{seconds['pure_tf_floor']:.3f} s; TFF built-in {seconds['tff_builtin']:.3f} s/round")
+  print(f"  of which: the same clients' loops in plain TF "
+        f"{result['pure_tf_per_client_vs_floor']:.2f}x the floor; our round "
+        f"{result['overhead_vs_pure_tf_per_client']:.2f}x those")
+  print(f"overhead vs pure TF {result['overhead_vs_pure_tf']:.2f}x (target <= 1.15); "
+        f"vs TFF built-in {result['ratio_vs_tff_builtin']:.2f}x (target <= 1.0); "
+        f"fixed cost {result['fixed_ms_per_round']:.0f} ms/round (target <= 20)")
+  for name, r in result['per_algorithm'].items():
+    print(f'  {name:24s} {r:.2f}x FedAvg')
+  for name, err in result['per_algorithm_not_run'].items():
+    print(f'  {name:24s} not run: {err}')
+  print('  scaling: ' + ', '.join(f'{m} clients {s:.3f} s' for m, s in result['scaling'].items()))
+
+
+def main(argv):
+  del argv
+  unknown = sorted(set(FLAGS.models) - set(MODELS))
+  if unknown:
+    return common.fail(f'--models: unknown {", ".join(unknown)}; known: {", ".join(MODELS)}')
+  if FLAGS.models_only and not FLAGS.models:
+    return common.fail('--models_only needs --models')
+  common.quiet_logs()
+  import tensorflow as tf
 
   try:
     runtime_flags.check()
@@ -102,164 +325,28 @@ def main(argv):
     now = time.perf_counter()
     phases[name] = round(now - started, 1)
     started = now
-  rng = np.random.default_rng(FLAGS.seed)
-  n_clients = 40
-  per_client = STEPS * BATCH
-  x = rng.random((n_clients * per_client, 28, 28, 1), dtype=np.float32)
-  y = rng.integers(0, 62, n_clients * per_client).astype(np.int32)
-  parts = np.array_split(np.arange(len(y)), n_clients)
-  spec = collections.OrderedDict(x=tf.TensorSpec([None, 28, 28, 1], tf.float32),
-                                 y=tf.TensorSpec([None], tf.int32))
-  task = base.Task(
-      name='emnist_shaped', train_data=partition.to_client_data(
-          collections.OrderedDict(x=x, y=y), parts),
-      preprocess_fn=lambda ds: ds.batch(BATCH),
-      model_fn=base.logits_classifier_fn(models.femnist_cnn, spec))
-  data = {m: [task.client_dataset(c) for c in task.client_ids[:m]] for m in (10, 20, 40)}
-  sgd = optimizers.OptimizerSpec('sgd', 0.1)
   result = {}
 
   result['backend'] = runtime_flags.backend() + (
       f' workers={runtime_flags.workers()}' if runtime_flags.workers() else '')
   result['devices'] = [d.name for d in tf.config.list_logical_devices()]
   with runtime_flags.managed_context() as ctx:
-    # (a) the compute floor: 100 SGD steps in one tf.function, no TFF.
-    model = task.model_fn()
-    weights = tff.learning.models.ModelWeights.from_model(model)
-    init = tf.nest.map_structure(lambda v: v.read_value(), weights)
-    floor_ds = task.train_data.create_tf_dataset_for_client(
-        task.client_ids[0]).repeat(CLIENTS).batch(BATCH)
-    opt = sgd.build()
-
-    @tf.function
-    def floor_loop():
-      return local_training.run_local_training(
-          model, opt, None, init, floor_ds, CLIENTS * STEPS, 1).num_steps
-
-    @tf.function
-    def client_loop(dataset):  # one client's 10 steps, as in a round
-      return local_training.run_local_training(
-          model, opt, None, init, dataset, STEPS, -1).num_steps
-
-    floor_loop()  # both traced before TFF builds Keras models in graphs of its own
-    client_loop(data[10][0])
-
-    fedavg = _Rounds(fedopt.build_fedopt(task.model_fn, fedopt.FedOptConfig(
-        client_optimizer=sgd, local_steps=STEPS)).process, data[10])
-    builtin = _Rounds(tff.learning.algorithms.build_weighted_fed_avg(
-        task.model_fn, client_optimizer_fn=sgd.build(),
-        server_optimizer_fn=optimizers.OptimizerSpec('sgd', 1.0).build()), data[10])
-
-    def floor_once():
-      t0 = time.perf_counter()
-      assert int(floor_loop()) == CLIENTS * STEPS
-      return time.perf_counter() - t0
-
-    def per_client_once():  # the round's loop structure in plain TF, no TFF
-      t0 = time.perf_counter()
-      assert sum(int(client_loop(d)) for d in data[10]) == CLIENTS * STEPS
-      return time.perf_counter() - t0
-
-    # Warm-up (tracing, first-call costs), then all interleaved, so that the
-    # machine's drift (measured: +-30% between minutes on this VM) hits each
-    # ratio's numerator and denominator alike; ratios are medians of the
-    # per-repetition ratios. The overhead (a) is the ratio closest to 1, so it
-    # is in every repetition; TFF's built-in (b) and the per-client plain-TF
-    # reference each in every other one.
-    floor_once(), per_client_once(), fedavg.time(2), builtin.time(1 if FLAGS.quick else 2)
-    times = np.array([
-        (floor_once(), fedavg.time(), builtin.time() if i % 2 == 0 else np.nan,
-         per_client_once() if i % 2 == 1 else np.nan)
-        for i in range((3 if FLAGS.quick else 2) * rounds)])
-    floor_s, ours_s, builtin_s, per_client_s = np.nanmedian(times, axis=0)
-    result['seconds_per_round'] = dict(ours_fedavg=ours_s, tff_builtin=builtin_s,
-                                       pure_tf_floor=floor_s, pure_tf_per_client=per_client_s)
-    result['overhead_vs_pure_tf'] = float(np.median(times[:, 1] / times[:, 0]))
-    result['overhead_repetitions'] = [round(r, 3) for r in times[:, 1] / times[:, 0]]
-    result['ratio_vs_tff_builtin'] = float(np.nanmedian(times[:, 1] / times[:, 2]))
-    # Of (a): what the same loops cost in plain TF, one tf.function call per
-    # client (a client restarts from the server's weights: a new loop, new
-    # iterator, the delta), and what our round adds to that.
-    result['pure_tf_per_client_vs_floor'] = float(np.nanmedian(times[:, 3] / times[:, 0]))
-    result['overhead_vs_pure_tf_per_client'] = float(np.nanmedian(times[:, 1] / times[:, 3]))
-    phase_done('floor_fedavg_builtin')
-
-    # (c) every algorithm of the registry on the same clients, over our FedAvg.
-    result['per_algorithm'] = {'fedavg': 1.0}
-    result['per_algorithm_not_run'] = {}
-    candidates = (  # K=10 SGD steps; else one epoch (fedrr, nastya); else Adam (mime, mfl)
-        HParams(client_learning_rate=0.1, local_steps=STEPS),
-        HParams(client_learning_rate=0.1),
-        HParams(client_optimizer='adam', client_learning_rate=0.01, local_steps=STEPS))
-    for name in sorted(registry.ALGORITHMS):
-      if name == 'fedavg' or (FLAGS.algorithms is not None and name not in FLAGS.algorithms):
-        continue
-      try:
-        alg, error = None, None
-        for hp in candidates:
-          try:
-            alg = registry.build(name, task.model_fn, hp)
-            break
-          except ValueError as e:
-            error = e
-        if alg is None:
-          raise error
-        if getattr(alg, 'stateful_clients', False):
-          state = alg.process.initialize(stateful_process.population_of(
-              task, alg.process.needs_mean_examples))
-          other = _Rounds(alg.process, data[10],
-                          [alg.process.initial_client_state(state)] * CLIENTS).start(state)
-        else:
-          other = _Rounds(alg.process, data[10])
-        other.time(1 if FLAGS.quick else 2)  # warm-up
-        # Each of its rounds next to one of FedAvg's (see above).
-        ratios = [other.time() / fedavg.time() for _ in range(1 if FLAGS.quick else rounds)]
-      except Exception as e:  # pylint: disable=broad-except
-        result['per_algorithm_not_run'][name] = f'{type(e).__name__}: {e}'[:200]
-        continue
-      result['per_algorithm'][name] = float(np.median(ratios))
-    phase_done('per_algorithm')
-
-    # (d) linear cost in the cohort size (10 clients: FedAvg of (a)).
-    result['scaling'] = {'10': ours_s}
-    for m in (20, 40):
-      result['scaling'][str(m)] = _Rounds(fedavg.process, data[m]).median(
-          1 if FLAGS.quick else rounds, warmup=1 if FLAGS.quick else 2)
-    phase_done('scaling')
-
-    # (e) peak memory.
-    result['peak_memory_mb'] = dict(
-        python=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
-    for i, pid in enumerate(ctx.pids):
-      result['peak_memory_mb'][f'worker{i}_rss_now'] = psutil.Process(pid).memory_info().rss / 2**20
-    for gpu in tf.config.list_logical_devices('GPU'):
-      result['peak_memory_mb'][gpu.name] = tf.config.experimental.get_memory_info(
-          gpu.name)['peak'] / 2**20
-
-    # (f) the fixed cost of a round: nothing to compute.
-    toy = quadratic.build_quadratic(num_runs=1, num_clients=CLIENTS)
-    toy_alg = fedopt.build_fedopt(toy.model_fn, fedopt.FedOptConfig(
-        client_optimizer=sgd, local_steps=1, uniform_weighting=True))
-    toy_data = [toy.client_dataset(c) for c in toy.client_ids]
-    result['fixed_ms_per_round'] = 1000 * _Rounds(toy_alg.process, toy_data).median(
-        max(rounds, 10) * 2)
-    phase_done('fixed_cost')
+    if not FLAGS.models_only:
+      _measure_a_to_f(result, ctx, rounds, phase_done)
+    if FLAGS.models:
+      result['models'] = {}
+      for name in FLAGS.models:  # printed as measured: (g) can take minutes
+        m = result['models'][name] = _model_timings(name, rounds, FLAGS.seed)
+        print(f"  {name}: our FedAvg {m['seconds_per_round']:.3f} s/round "
+              f"({m['rounds_per_second']:.2f} rounds/s); pure-TF floor "
+              f"{m['pure_tf_floor_seconds']:.3f} s; overhead {m['overhead_vs_pure_tf']:.2f}x",
+              flush=True)
+      phase_done('models')
   result['phase_seconds'] = phases
 
   print(f"backend {result['backend']} on {', '.join(result['devices'])}")
-  print(f"our FedAvg {ours_s:.3f} s/round; pure-TF floor {floor_s:.3f} s; "
-        f"TFF built-in {builtin_s:.3f} s/round")
-  print(f"  of which: the same clients' loops in plain TF "
-        f"{result['pure_tf_per_client_vs_floor']:.2f}x the floor; our round "
-        f"{result['overhead_vs_pure_tf_per_client']:.2f}x those")
-  print(f"overhead vs pure TF {result['overhead_vs_pure_tf']:.2f}x (target <= 1.15); "
-        f"vs TFF built-in {result['ratio_vs_tff_builtin']:.2f}x (target <= 1.0); "
-        f"fixed cost {result['fixed_ms_per_round']:.0f} ms/round (target <= 20)")
-  for name, r in result['per_algorithm'].items():
-    print(f'  {name:24s} {r:.2f}x FedAvg')
-  for name, err in result['per_algorithm_not_run'].items():
-    print(f'  {name:24s} not run: {err}')
-  print('  scaling: ' + ', '.join(f'{m} clients {s:.3f} s' for m, s in result['scaling'].items()))
+  if not FLAGS.models_only:
+    _print_a_to_f(result)
   print(json.dumps(result))
   return 0
 

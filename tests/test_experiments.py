@@ -47,6 +47,22 @@ def test_local_update_decay_figure_pipeline(tmp_path):
   assert os.path.exists(tmp_path / 'fig8' / 'emnist_character.png')
 
 
+def test_benchmark_model_timings_for_gpu_vs_cpu_and_flag_errors():
+  out, js = run_module('experiments.benchmark', '--quick', '--models_only',
+                       '--models=emnist_cnn', progress_flag=False)
+  assert 'overhead_vs_pure_tf' not in js and js['devices']  # (a)-(f) skipped
+  m = js['models']['emnist_cnn']
+  assert m['rounds_per_second'] == pytest.approx(1 / m['seconds_per_round'])
+  assert 0.5 < m['overhead_vs_pure_tf'] < 5 and m['pure_tf_floor_seconds'] > 0
+  assert 'emnist_cnn: our FedAvg' in out  # printed as measured
+  for flags, message in ((['--models=resnet50'], 'unknown resnet50'),
+                         (['--models_only'], '--models_only needs --models')):
+    res = subprocess.run([sys.executable, '-m', 'experiments.benchmark', *flags], cwd=ROOT,
+                         env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True,
+                         text=True, timeout=300)
+    assert res.returncode != 0 and message in res.stderr
+
+
 @pytest.mark.slow
 def test_benchmark_prints_the_ratio_json():
   _, js = run_module('experiments.benchmark', '--quick', progress_flag=False)

@@ -38,7 +38,15 @@ from tff_algos.hparams import HParams
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ATOL = 1e-5
 GPUS = tf.config.list_logical_devices('GPU')
-tf.config.experimental.enable_tensor_float_32_execution(False)
+
+
+@pytest.fixture(autouse=True, scope='module')
+def no_tf32():
+  """TF32 off for this file's tests only (see the module docstring)."""
+  before = tf.config.experimental.tensor_float_32_execution_enabled()
+  tf.config.experimental.enable_tensor_float_32_execution(False)
+  yield
+  tf.config.experimental.enable_tensor_float_32_execution(before)
 NUM_CLIENTS = 5  # odd: two workers get 3 and 2 clients
 
 
@@ -149,6 +157,21 @@ def test_host_datasets_pins_the_input_pipeline_to_the_cpu_in_function_bodies():
       n.op for n in bodies if n in pipeline}
   assert all(n.device == '/device:CPU:0' for n in pipeline)
   assert all(n.device == '' for n in bodies if n.op == 'AddV2')  # compute is left free
+
+
+def test_host_datasets_aggregation_fold_passes_datasets_serialized():
+  from tensorflow_federated.python.core.impl.computation import computation_impl
+  from tff_algos.runtime import inprocess
+
+  @tff.tensorflow.computation(np.int64, tff.SequenceType(np.int64))
+  def add_sum(acc, dataset):
+    return acc + dataset.reduce(np.int64(0), lambda a, b: a + b)
+
+  fn = inprocess._TensorFlowFunction(  # pylint: disable=protected-access
+      computation_impl.ConcreteComputation.get_proto(add_sum), add_sum.type_signature,
+      host_datasets=True)
+  total = fn.fold(tf.constant(0, tf.int64), [tf.data.Dataset.range(3), tf.data.Dataset.range(5)])
+  assert int(total) == 3 + 10
 
 
 @pytest.mark.skipif(not GPUS, reason='needs a GPU (run it on one: docs/performance.md)')

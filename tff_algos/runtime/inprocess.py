@@ -44,7 +44,8 @@ compiler's static Grappler pass (function inlining), its dataset, iterator and
 optional ops are pinned to the CPU, each dataset is passed as its serialized
 graph (a host string) and rebuilt on the CPU inside the computation, and such
 computations run call by call (one eager call per client) instead of inside a
-traced round. Without this, on an H100 with TF 2.14, a dataset reaching a
+traced round; a round whose arguments hold datasets is then interpreted call
+by call (aggregation and server update too), not traced. Without this, on an H100 with TF 2.14, a dataset reaching a
 function call op on the GPU failed ("No unary variant device copy function
 found ... DatasetVariantWrapper") and an iterator that TensorFlow placed on
 the GPU crashed the process. Measured on the H100 (tests/test_backends.py):
@@ -143,8 +144,9 @@ class _TensorFlowFunction:
       input_map = {}
       for k, name in enumerate(param_names):
         if self._serialized[k]:
-          with tf.device('/device:CPU:0'):
-            strings[k] = tf.compat.v1.placeholder(tf.string, [], name=f'serialized_dataset_{k}')
+          # Under a scope of this import's own: no clash with imported names.
+          with tf.device('/device:CPU:0'), tf.name_scope(f'{suffix}_dataset_{k}'):
+            strings[k] = tf.compat.v1.placeholder(tf.string, [], name='serialized')
             input_map[name] = tf.raw_ops.DatasetFromGraph(graph_def=strings[k])
       tf.compat.v1.import_graph_def(graph_def, input_map=input_map, name='')
 
@@ -170,8 +172,7 @@ class _TensorFlowFunction:
       with graph.as_default(), tf.control_dependencies([init_op]):
         done = tf.constant(True)  # a tensor to order the call after
       pruned_init = wrapped.prune(feeds[len(param_names):], [init_op, done])
-      self._pruned_init = (_strict(pruned_init, self._signature[len(param_names):])
-                           if not host_datasets else None)
+      self._pruned_init = _strict(pruned_init, self._signature[len(param_names):])
     # Graphs that cannot (or must not) be traced into other functions run
     # call by call.
     self._batchable = self._pruned is not None and (
@@ -330,7 +331,7 @@ class _TensorFlowFunction:
     flat_acc = []
     _flatten(acc, acc_type, flat_acc)
     n_acc = len(flat_acc)
-    if (n_acc != self._num_outputs or self._token is not None
+    if (n_acc != self._num_outputs or self._token is not None or self._host_datasets
         or not tf.executing_eagerly()):
       for v in values:  # traced, or not a plain accumulator: one call each
         acc = self(structure.Struct([(None, acc), (None, v)]))
@@ -944,7 +945,8 @@ def compile_for_inprocess(comp: computation_impl.ConcreteComputation):
   in one process on the EMNIST CNN client update (10 clients x 10 steps): its
   graph 1.12x the same steps in plain `tf.function`s; without (1) and (2) 0.97x;
   without (1) only 1.57x. TensorFlow's run-time Grappler (function inlining,
-  op fusion) does better than the static pass, so here neither is applied.
+  op fusion) does better than the static pass, so here neither is applied;
+  with a GPU, computations that take datasets get (1) (`_inline_function_calls`).
   """
   block, _ = tensorflow_tree_transformations.replace_intrinsics_with_bodies(
       comp.to_building_block())

@@ -43,10 +43,10 @@ own C++ runtime: each computation that takes datasets gets the native
 compiler's static Grappler pass (function inlining), its dataset, iterator and
 optional ops are pinned to the CPU, each dataset is passed as its serialized
 graph (a host string) and rebuilt on the CPU inside the computation, and such
-computations run call by call (one eager call per client) instead of inside a
-traced round; a round whose arguments hold datasets is then interpreted call
-by call (aggregation and server update too), not traced. Without this, on an H100 with TF 2.14, a dataset reaching a
-function call op on the GPU failed ("No unary variant device copy function
+computations run call by call (one eager call per client): a round whose
+arguments hold datasets is then interpreted call by call (aggregation and
+server update too), not traced. Without this, on an H100 with TF 2.14, a
+dataset reaching a function call op on the GPU failed ("No unary variant device copy function
 found ... DatasetVariantWrapper") and an iterator that TensorFlow placed on
 the GPU crashed the process. Measured on the H100 (tests/test_backends.py):
 the same model as the C++ worker on CPU, to 1e-5, with TF32 off. With several
@@ -164,7 +164,9 @@ class _TensorFlowFunction:
     self._signature = [tf.TensorSpec(t.shape, t.dtype) for t in feeds]
     result_names = tensorflow_utils.extract_tensor_names_from_binding(tf_proto.result)
     pruned = wrapped.prune(feeds, [graph.as_graph_element(n) for n in result_names])
-    self._pruned = None if host_datasets else _strict(pruned, self._signature)
+    # With host datasets, never traced into other functions: no `_strict` wrappers.
+    strict = (lambda fn, signature: None) if host_datasets else _strict
+    self._pruned = strict(pruned, self._signature)
     self._num_outputs = len(result_names)
     self._pruned_init = pruned_init = None
     if tf_proto.initialize_op:
@@ -172,7 +174,7 @@ class _TensorFlowFunction:
       with graph.as_default(), tf.control_dependencies([init_op]):
         done = tf.constant(True)  # a tensor to order the call after
       pruned_init = wrapped.prune(feeds[len(param_names):], [init_op, done])
-      self._pruned_init = _strict(pruned_init, self._signature[len(param_names):])
+      self._pruned_init = strict(pruned_init, self._signature[len(param_names):])
     # Graphs that cannot (or must not) be traced into other functions run
     # call by call.
     self._batchable = self._pruned is not None and (
@@ -971,8 +973,9 @@ def create_context(devices: Optional[list[str]] = None,
   function inlining and run as their own calls, one per client, rather than
   inside a traced round (see `_inline_function_calls`).
   """
-  devices = gpu_devices() if devices is None else devices
-  host_datasets = bool(gpu_devices()) if host_datasets is None else host_datasets
+  gpus = gpu_devices()
+  devices = gpus if devices is None else devices
+  host_datasets = bool(gpus) if host_datasets is None else host_datasets
   cache: dict = {}
 
   def stack_fn(cardinalities):

@@ -28,6 +28,11 @@ the GPU when TensorFlow sees one. (c) covers every algorithm of
 holds the per-repetition ratios of (a), the wall seconds of each part, and
 (a) split in two: the same clients' loops in plain TF (one tf.function call
 per client, no TFF) over the floor, and our round over those.
+
+The in-process backend trains `concurrent_clients` clients at a time (default:
+one per CPU core up to 4; in the JSON), the floor and the plain-TF loops one
+step after another: with 2 at a time our round can take less than the floor.
+`--concurrent_clients=1` measures our round one client at a time.
 """
 
 from __future__ import annotations
@@ -329,6 +334,11 @@ def main(argv):
 
   result['backend'] = runtime_flags.backend() + (
       f' workers={runtime_flags.workers()}' if runtime_flags.workers() else '')
+  if runtime_flags.backend() == 'inprocess':
+    from tff_algos.runtime import inprocess
+    result['concurrent_clients'] = inprocess.effective_concurrent_clients(
+        runtime_flags.concurrent_clients())
+    result['backend'] += f" concurrent_clients={result['concurrent_clients']}"
   result['devices'] = [d.name for d in tf.config.list_logical_devices()]
   with runtime_flags.managed_context() as ctx:
     if not FLAGS.models_only:

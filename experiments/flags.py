@@ -206,7 +206,7 @@ def flag_values() -> dict:
 # Flags that may change between a run and its resume.
 _RESUMABLE = ('total_rounds', 'progress', 'rounds_per_eval', 'rounds_per_checkpoint',
               'root_output_dir', 'experiment_name', 'max_eval_examples', 'cache_dir',
-              'backend', 'workers')
+              'backend', 'workers', 'concurrent_clients')
 
 
 def run_identity() -> dict:

@@ -62,7 +62,8 @@ BINARY_OUTPUT_FLAG = {'experiments.local_update_decay': 'root_output_dir'}
 SMOKE_MAX_LOCAL_STEPS = 5
 # Trainer flags given on reproduce's own command line that apply to every run
 # (where the data lives, where results go, progress bars).
-PASSED_THROUGH = ('cache_dir', 'root_output_dir', 'progress', 'backend', 'workers')
+PASSED_THROUGH = ('cache_dir', 'root_output_dir', 'progress', 'backend', 'workers',
+                  'concurrent_clients')
 _USER_VALUES: dict[str, Any] = {}
 
 
@@ -140,6 +141,8 @@ def binary_argv(exp: base.Experiment, scale: str, out_dir: str) -> list[str]:
   values.setdefault('backend', runtime_flags.backend())  # every binary has --backend
   if runtime_flags.workers():
     values.setdefault('workers', runtime_flags.workers())
+  if runtime_flags.concurrent_clients() is not None:
+    values.setdefault('concurrent_clients', runtime_flags.concurrent_clients())
   return [sys.executable, '-m', spec.module] + [
       f'--{k}={_flag_str(v)}' for k, v in values.items()]
 

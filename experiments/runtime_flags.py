@@ -1,8 +1,11 @@
-"""--backend and --workers: where every binary runs its TFF computations.
+"""--backend, --workers, --concurrent_clients: where every binary runs its TFF computations.
 
     --backend=inprocess   (default) compiled computations run in this process's
                           TensorFlow, on its GPUs when it sees any;
     --backend=cpp         TFF's C++ worker_binary (CPU only);
+    --concurrent_clients=N
+                          inprocess: clients trained at once per device
+                          (default: one per CPU core, up to 4; 1 with a GPU);
     --workers=2 | host:port,...
                           a round's clients split over several worker_binary
                           processes (`python -m tff_algos.runtime.worker --port=N`);
@@ -22,6 +25,11 @@ flags.DEFINE_enum('backend', 'inprocess', ['inprocess', 'cpp'],
 flags.DEFINE_string('workers', None, "cpp backend: split each round's clients over "
                     'several TFF workers: a number of local workers to start, or '
                     'host:port,... of running ones (python -m tff_algos.runtime.worker).')
+
+flags.DEFINE_integer('concurrent_clients', None,
+                     'inprocess backend: clients of a round trained at once per device, '
+                     'each on its own copy of the client computation (default: one per '
+                     'CPU core up to 4; 1 with a GPU). Results do not depend on it.')
 
 FLAGS = flags.FLAGS
 
@@ -43,17 +51,23 @@ def backend() -> str:
   return FLAGS['backend'].value
 
 
+def concurrent_clients():
+  return FLAGS['concurrent_clients'].value
+
+
 def check() -> None:
-  """ValueError for a bad --backend/--workers combination (starts nothing)."""
+  """ValueError for a bad --backend/--workers/--concurrent_clients combination
+  (starts nothing)."""
   from tff_algos import runtime  # pylint: disable=g-import-not-at-top
-  runtime.check_backend(backend(), workers())
+  runtime.check_backend(backend(), workers(), concurrent_clients())
 
 
 def values() -> dict:
-  return dict(backend=backend(), workers=workers())
+  return dict(backend=backend(), workers=workers(), concurrent_clients=concurrent_clients())
 
 
 def managed_context():
   """The chosen backend as TFF's default context, stopped on every way out."""
   from tff_algos import runtime  # pylint: disable=g-import-not-at-top
-  return runtime.managed_context(backend=backend(), workers=workers())
+  return runtime.managed_context(backend=backend(), workers=workers(),
+                                 concurrent_clients=concurrent_clients())

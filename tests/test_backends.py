@@ -136,6 +136,58 @@ def test_inprocess_host_datasets_mode_equals_cpp_backend(task, client_data, name
   assert_same(metrics, cpp_metrics)
 
 
+def _all_ancestors(op) -> set:
+  """The ops `op` waits for: its inputs' and control inputs' ops, transitively."""
+  seen, todo = set(), [op]
+  while todo:
+    current = todo.pop()
+    for parent in [t.op for t in current.inputs] + list(current.control_inputs):
+      if parent not in seen:
+        seen.add(parent)
+        todo.append(parent)
+  return seen
+
+
+@pytest.mark.parametrize('name', ['fedavg', 'scaffold'])
+def test_concurrent_clients_run_unordered_and_equal_cpp_backend(task, client_data, name,
+                                                                monkeypatch):
+  """3 clients at a time (5 clients: lanes of 2, 2 and 1), each lane an import
+  of the client work of its own. In the traced round, no call of one lane
+  waits for a call of another (tf.function's automatic control dependencies
+  had chained them all); the model is the C++ worker's."""
+  from tff_algos.runtime import inprocess
+  functions, traces = [], []
+  init = inprocess._TensorFlowFunction.__init__  # pylint: disable=protected-access
+  monkeypatch.setattr(inprocess._TensorFlowFunction, '__init__',  # pylint: disable=protected-access
+                      lambda self, *a, **k: functions.append(self) or init(self, *a, **k))
+  trace = inprocess._trace_unordered  # pylint: disable=protected-access
+  monkeypatch.setattr(inprocess, '_trace_unordered',
+                      lambda *a: traces.append(trace(*a)) or traces[-1])
+  stateful = name == 'scaffold'
+  process = (fedavg(task).process if name == 'fedavg' else
+             registry.build(name, task.model_fn, HParams(local_steps=2)).process)
+  cpp, cpp_metrics = run_rounds(process, client_data, 2, stateful=stateful)
+  ours, metrics = run_rounds(process, client_data, 2,
+                             inprocess.create_context(concurrent_clients=3), stateful=stateful)
+  assert_same(ours, cpp)
+  assert_same(metrics, cpp_metrics)
+
+  laned = [f for f in functions if len(f._imports) > 1]  # pylint: disable=protected-access
+  # The client work only (the one computation taking datasets).
+  assert [len(f._imports) for f in laned] == [3]  # pylint: disable=protected-access
+  lane_of = {imp.pruned.name.decode(): j  # the `_strict` function of each lane
+             for j, imp in enumerate(laned[0]._imports)}  # pylint: disable=protected-access
+  graph = traces[-1].graph  # the round (`next`), traced last
+  calls = [op for op in graph.get_operations()
+           if op.type in ('StatefulPartitionedCall', 'PartitionedCall')
+           and op.get_attr('f').name in lane_of]
+  assert sorted(lane_of[op.get_attr('f').name] for op in calls) == [0, 0, 1, 1, 2]
+  for op in calls:
+    lanes_waited = {lane_of[a.get_attr('f').name] for a in _all_ancestors(op)
+                    if a in calls}
+    assert lanes_waited <= {lane_of[op.get_attr('f').name]}
+
+
 def test_host_datasets_pins_the_input_pipeline_to_the_cpu_in_function_bodies():
   """The GPU path's pinning reaches iterators made inside tf.cond branches
   (on an H100, TensorFlow placed such an iterator on the GPU and crashed)."""
@@ -398,6 +450,15 @@ def test_backend_and_workers_validation():
   with pytest.raises(ValueError, match='not --backend=inprocess'):
     runtime.check_backend('inprocess', '2')
   runtime.check_backend('cpp', 'localhost:8000')
+  runtime.check_backend('inprocess', None, 3)
+  with pytest.raises(ValueError, match='for --backend=inprocess'):
+    runtime.check_backend('cpp', None, 2)
+  for bad in (0, -1, 1.5, True):
+    with pytest.raises(ValueError, match='--concurrent_clients must be a positive'):
+      runtime.check_backend('inprocess', None, bad)
+  from tff_algos.runtime import inprocess
+  with pytest.raises(ValueError, match='concurrent_clients must be a positive'):
+    inprocess.create_context(concurrent_clients=0)
 
 
 def test_after_merge_results_keep_client_order_whoever_finishes_first():
@@ -478,6 +539,7 @@ def test_trainer_backends_write_the_same_metrics(tmp_path):
   env = dict(os.environ, PYTHONPATH=ROOT)
   rows = {}
   for name, extra in [('cpp', ['--backend=cpp']), ('inprocess', []),  # the default
+                      ('lanes3', ['--concurrent_clients=3']),
                       ('two', ['--workers=2'])]:  # implies --backend=cpp
     res = subprocess.run(base + [f'--experiment_name={name}', *extra], cwd=ROOT, env=env,
                          capture_output=True, text=True, timeout=600)
@@ -487,7 +549,12 @@ def test_trainer_backends_write_the_same_metrics(tmp_path):
   bad = subprocess.run(base + ['--backend=inprocess', '--workers=2'], cwd=ROOT, env=env,
                        capture_output=True, text=True, timeout=600)
   assert bad.returncode != 0 and 'not --backend=inprocess' in bad.stderr + bad.stdout
-  for name in ('inprocess', 'two'):
+  bad = subprocess.run(base + ['--backend=cpp', '--concurrent_clients=2'], cwd=ROOT, env=env,
+                       capture_output=True, text=True, timeout=600)
+  assert bad.returncode != 0 and 'for --backend=inprocess' in bad.stderr + bad.stdout
+  with open(os.path.join(tmp_path, 'lanes3', 'summary.json')) as f:
+    assert '"concurrent_clients": 3' in f.read()
+  for name in ('inprocess', 'lanes3', 'two'):
     assert len(rows[name]) == len(rows['cpp']) == 2
     for a, b in zip(rows[name], rows['cpp']):
       for key, value in b.items():

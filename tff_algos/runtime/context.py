@@ -32,7 +32,8 @@ Backends (`install(backend=..., workers=...)`, flags --backend / --workers):
   do not stop (TFF's context returns client-placed results in the order the
   workers finish; we keep them in client order);
 * 'inprocess': no worker; computations run in this process's TensorFlow, on its
-  GPUs when it sees any (`tff_algos/runtime/inprocess.py`).
+  GPUs when it sees any, `concurrent_clients` clients at a time per device
+  (`tff_algos/runtime/inprocess.py`).
 """
 
 from __future__ import annotations
@@ -182,13 +183,22 @@ def parse_workers(workers: Workers) -> Union[None, int, list[str]]:
   return addresses
 
 
-def check_backend(backend: str, workers: Workers = None):
+def check_backend(backend: str, workers: Workers = None,
+                  concurrent_clients: Optional[int] = None):
   """Validates a backend/workers combination (before any worker starts)."""
   if backend not in BACKENDS:
     raise ValueError(f'--backend must be one of {BACKENDS}, got {backend!r}')
   if backend == 'inprocess' and parse_workers(workers) is not None:
     raise ValueError('--workers runs TFF worker_binary processes: use it with '
                      '--backend=cpp, not --backend=inprocess')
+  if concurrent_clients is not None:
+    if backend != 'inprocess':
+      raise ValueError('--concurrent_clients is for --backend=inprocess (a worker_binary '
+                       'runs its clients concurrently by itself)')
+    if isinstance(concurrent_clients, bool) or not isinstance(concurrent_clients, int) \
+        or concurrent_clients < 1:
+      raise ValueError(f'--concurrent_clients must be a positive integer, got '
+                       f'{concurrent_clients!r}')
 
 
 def _wait_ready(address: str, timeout_s: float = 30.0):
@@ -245,16 +255,18 @@ class ManagedContext:
   """A sync TFF execution context backed by workers this object owns."""
 
   def __init__(self, max_concurrent_computation_calls: int = -1,
-               backend: str = 'cpp', workers: Workers = None):
-    check_backend(backend, workers)
+               backend: str = 'cpp', workers: Workers = None,
+               concurrent_clients: Optional[int] = None):
+    check_backend(backend, workers, concurrent_clients)
     workers = parse_workers(workers)
     self.backend, self.requested_workers = backend, workers
+    self.concurrent_clients = concurrent_clients
     self.workers: list[Worker] = []
     self.addresses: list[str] = []
     self._closed = False
     if backend == 'inprocess':
       from tff_algos.runtime import inprocess  # pylint: disable=g-import-not-at-top
-      self.context = inprocess.create_context()
+      self.context = inprocess.create_context(concurrent_clients=concurrent_clients)
       return
     try:
       if workers is None or isinstance(workers, int):
@@ -345,15 +357,18 @@ atexit.register(_shutdown)
 
 
 def install(max_concurrent_computation_calls: int = -1, backend: str = 'cpp',
-            workers: Workers = None) -> ManagedContext:
+            workers: Workers = None,
+            concurrent_clients: Optional[int] = None) -> ManagedContext:
   """Makes a managed context TFF's default; idempotent (the running one is kept)."""
   global _active, _interrupted
   with _lock:
     if _active is None:
       _interrupted = None
-      _active = ManagedContext(max_concurrent_computation_calls, backend, workers)
+      _active = ManagedContext(max_concurrent_computation_calls, backend, workers,
+                               concurrent_clients)
       context_stack_impl.context_stack.set_default_context(_active.context)
-    elif (_active.backend, _active.requested_workers) != (backend, parse_workers(workers)):
+    elif (_active.backend, _active.requested_workers, _active.concurrent_clients) != (
+        backend, parse_workers(workers), concurrent_clients):
       raise RuntimeError(f'a {_active.backend!r} context is installed already; '
                          'shutdown() it before installing another backend')
     ctx = _active
@@ -381,8 +396,8 @@ def shutdown():
 
 @contextlib.contextmanager
 def managed_context(max_concurrent_computation_calls: int = -1, backend: str = 'cpp',
-                    workers: Workers = None):
-  ctx = install(max_concurrent_computation_calls, backend, workers)
+                    workers: Workers = None, concurrent_clients: Optional[int] = None):
+  ctx = install(max_concurrent_computation_calls, backend, workers, concurrent_clients)
   try:
     yield ctx
   finally:

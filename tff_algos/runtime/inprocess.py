@@ -28,6 +28,12 @@ rewrites of the TensorFlow graphs (`compile_for_inprocess`), and interprets it:
 * computations that cannot be traced that way are interpreted call by call,
   with a `federated_map` of a TensorFlow computation, and an aggregation's
   `accumulate` fold, still run up to 16 clients per TensorFlow call.
+* clients train concurrently: client k's training (a `federated_map` of a
+  computation that takes datasets) runs on lane k mod `concurrent_clients`
+  of its device, a lane being an import of that computation with variables of
+  its own; calls of one lane are chained by control edges, and nothing else
+  orders them (rounds are traced without `tf.function`'s automatic control
+  dependencies, which had chained every call). Results do not depend on it.
 
 Where the time of a round goes, and what each of these choices bought, is in
 docs/performance.md.
@@ -57,6 +63,7 @@ was lent).
 from __future__ import annotations
 
 import itertools
+import os
 import weakref
 from typing import Callable, Optional
 
@@ -101,26 +108,19 @@ class _Fed:
 # ---------------------------------------------------------------- TensorFlow --
 
 
-class _TensorFlowFunction:
-  """A TFF TensorFlow computation imported into this process's TensorFlow.
+class _Import:
+  """One import of a TFF TensorFlow computation's graph, with variables of its own.
 
-  `__call__` runs it once, `map` (federated_map over clients) and `fold`
-  (federated_aggregate's accumulate) on many arguments. While a whole call is
-  traced (`_Traced`), each adds call ops to that graph. Otherwise (eagerly)
-  `map` and `fold` make one TensorFlow call per chunk of up to `_MAX_CHUNK`
-  clients: one call per client cost ~0.3 ms of dispatch each, most of a round
-  when models are small. Either way its calls run one after the other (each
-  after the previous call and its own initialisation have finished), as they
-  share the imported graph's variables.
+  `pruned` runs the computation (its parameter tensors and the session token
+  in, its result tensors out) and `pruned_init` its `initialize_op`: `_strict`
+  functions that calls can be traced into, or, where that fails
+  (`batchable` False) or with `host_datasets`, the pruned functions themselves,
+  called eagerly.
   """
 
-  def __init__(self, proto: pb.Computation, type_signature: computation_types.FunctionType,
-               host_datasets: bool = False):
-    tf_proto = proto.tensorflow
-    self._parameter_type = type_signature.parameter
-    self._result_type = type_signature.result
+  def __init__(self, tf_proto, host_datasets: bool):
     graph_def = serialization_utils.unpack_graph_def(tf_proto.graph_def)
-    # Resources (variables) of different computations must not share names.
+    # Resources (variables) of different imports must not share names.
     suffix = f'inprocess{next(_suffixes)}'
     graph_def = tensorflow_utils._uniquify_shared_names_with_suffix(  # pylint: disable=protected-access
         graph_def, suffix)
@@ -135,15 +135,14 @@ class _TensorFlowFunction:
     # host string) and rebuilt on the CPU inside this graph.
     variants = {n.name for n in graph_def.node
                 if n.op == 'Placeholder' and n.attr['dtype'].type == tf.variant.as_datatype_enum}
-    self._serialized = ([n.split(':')[0] in variants for n in param_names]
-                        if host_datasets else [False] * len(param_names))
-    self._host_datasets = host_datasets  # then called call by call, by design
+    self.serialized = ([n.split(':')[0] in variants for n in param_names]
+                       if host_datasets else [False] * len(param_names))
     strings = {}
 
     def import_graph():
       input_map = {}
       for k, name in enumerate(param_names):
-        if self._serialized[k]:
+        if self.serialized[k]:
           # Under a scope of this import's own: no clash with imported names.
           with tf.device('/device:CPU:0'), tf.name_scope(f'{suffix}_dataset_{k}'):
             strings[k] = tf.compat.v1.placeholder(tf.string, [], name='serialized')
@@ -154,35 +153,72 @@ class _TensorFlowFunction:
     graph = wrapped.graph
     feeds = [strings[k] if k in strings else graph.as_graph_element(n)
              for k, n in enumerate(param_names)]
-    self._dtypes = [t.dtype for t in feeds]
-    self._token = None
+    self.dtypes = [t.dtype for t in feeds]
+    self.token = None
     if tf_proto.session_token_tensor_name:
       token = graph.as_graph_element(tf_proto.session_token_tensor_name)
       if token.consumers():
         feeds.append(token)
-        self._token = tf.constant('inprocess')
-    self._signature = [tf.TensorSpec(t.shape, t.dtype) for t in feeds]
+        self.token = tf.constant('inprocess')
+    self.signature = [tf.TensorSpec(t.shape, t.dtype) for t in feeds]
     result_names = tensorflow_utils.extract_tensor_names_from_binding(tf_proto.result)
     pruned = wrapped.prune(feeds, [graph.as_graph_element(n) for n in result_names])
     # With host datasets, never traced into other functions: no `_strict` wrappers.
     strict = (lambda fn, signature: None) if host_datasets else _strict
-    self._pruned = strict(pruned, self._signature)
-    self._num_outputs = len(result_names)
-    self._pruned_init = pruned_init = None
+    self.pruned = strict(pruned, self.signature)
+    self.num_outputs = len(result_names)
+    self.pruned_init = pruned_init = None
     if tf_proto.initialize_op:
       init_op = graph.as_graph_element(tf_proto.initialize_op)
       with graph.as_default(), tf.control_dependencies([init_op]):
         done = tf.constant(True)  # a tensor to order the call after
       pruned_init = wrapped.prune(feeds[len(param_names):], [init_op, done])
-      self._pruned_init = strict(pruned_init, self._signature[len(param_names):])
+      self.pruned_init = strict(pruned_init, self.signature[len(param_names):])
     # Graphs that cannot (or must not) be traced into other functions run
     # call by call.
-    self._batchable = self._pruned is not None and (
-        pruned_init is None or self._pruned_init is not None)
-    if not self._batchable:
-      self._pruned, self._pruned_init = pruned, pruned_init
+    self.batchable = self.pruned is not None and (
+        pruned_init is None or self.pruned_init is not None)
+    if not self.batchable:
+      self.pruned, self.pruned_init = pruned, pruned_init
+
+
+class _TensorFlowFunction:
+  """A TFF TensorFlow computation imported into this process's TensorFlow.
+
+  `__call__` runs it once, `map` (federated_map over clients) and `fold`
+  (federated_aggregate's accumulate) on many arguments. While a whole call is
+  traced (`_Traced`), each adds call ops to that graph. Otherwise (eagerly)
+  `map` and `fold` make one TensorFlow call per chunk of up to `_MAX_CHUNK`
+  clients: one call per client cost ~0.3 ms of dispatch each, most of a round
+  when models are small.
+
+  Calls of one import share its variables, so they run one after the other
+  (each after the previous call and its own initialisation have finished).
+  `map` spreads clients over slots (device, lane): a lane is an import of its
+  own (imported on first use), so clients on different slots run
+  concurrently, as TFF's C++ runtime runs them.
+  """
+
+  def __init__(self, proto: pb.Computation, type_signature: computation_types.FunctionType,
+               host_datasets: bool = False):
+    self._tf_proto = proto.tensorflow
+    self._parameter_type = type_signature.parameter
+    self._result_type = type_signature.result
+    self._host_datasets = host_datasets  # then called call by call, by design
+    self.takes_datasets = _takes_datasets(type_signature)
+    first = _Import(self._tf_proto, host_datasets)
+    self._imports = [first]
+    self._serialized, self._dtypes, self._token = first.serialized, first.dtypes, first.token
+    self._signature, self._num_outputs = first.signature, first.num_outputs
+    self._batchable = first.batchable
     self._chunks: dict = {}
     self._graph, self._graph_deps = None, {}  # calls traced so far into one graph
+
+  def _lane(self, lane: int) -> _Import:
+    while len(self._imports) <= lane:
+      with tf.init_scope():  # imported eagerly, also when met while tracing
+        self._imports.append(_Import(self._tf_proto, self._host_datasets))
+    return self._imports[lane]
 
   # -- arguments and results
 
@@ -200,24 +236,25 @@ class _TensorFlowFunction:
   def _result(self, outputs):
     return _assemble(iter(outputs), self._result_type)
 
-  # -- one chunk of calls, traced once per (kind, size, devices)
+  # -- one chunk of calls, traced once per (kind, size, slots)
 
-  def _call_in_graph(self, flat, deps):
-    """Traces init (if any) then the computation, after the ops `deps`.
+  def _call_in_graph(self, flat, deps, lane: int = 0):
+    """Traces init (if any) then the computation, on import `lane`, after the ops `deps`.
 
     Returns its outputs and the op a later call must wait for (the call itself:
     `_strict` calls finish only when all their side effects have).
     """
+    imported = self._lane(lane)
     with tf.control_dependencies(deps):
-      if self._pruned_init is not None:
-        done = self._pruned_init(*flat[len(self._dtypes):])[-1]
+      if imported.pruned_init is not None:
+        done = imported.pruned_init(*flat[len(self._dtypes):])[-1]
         deps = [done.op]
     with tf.control_dependencies(deps):
-      outputs = list(self._pruned(*flat))
+      outputs = list(imported.pruned(*flat))
     return outputs, [outputs[0].op] if outputs else deps
 
-  def _chunk(self, kind: str, size: int, devices: tuple = ()):
-    key = (kind, size, devices)
+  def _chunk(self, kind: str, size: int, slots: tuple = ()):
+    key = (kind, size, slots)
     fn = self._chunks.get(key)
     if fn is not None:
       return fn
@@ -227,10 +264,10 @@ class _TensorFlowFunction:
       def body(*args):
         outputs, last = [], {}
         for k in range(size):
-          device = devices[k % len(devices)] if devices else None
-          with tf.device(device):  # calls on one device run in order
-            out, last[device] = self._call_in_graph(args[k * n_in:(k + 1) * n_in],
-                                                    last.get(device, []))
+          slot = _slot(slots, k)
+          with tf.device(slot[0]):  # calls on one slot run in order
+            out, last[slot] = self._call_in_graph(args[k * n_in:(k + 1) * n_in],
+                                                  last.get(slot, []), slot[1])
           outputs.extend(out)
         return outputs
       signature = self._signature * size
@@ -247,13 +284,13 @@ class _TensorFlowFunction:
     try:
       if not self._batchable:
         raise tf.errors.InternalError(None, None, 'not traceable')
-      concrete = tf.function(body, autograph=False).get_concrete_function(*signature)
+      concrete = _trace_unordered(body, signature)
     except tf.errors.InternalError as e:  # see `_strict`: the same, one level up
       if not self._chunks and not self._host_datasets:  # once per computation
         logging.warning('In-process backend: a computation of type %s cannot be traced '
                         'into a batched call (%s); it runs eagerly, one call per client.',
                         self._result_type, str(e).splitlines()[0][:200])
-      fn = self._chunks[key] = self._eager_chunk(kind, size, devices)
+      fn = self._chunks[key] = self._eager_chunk(kind, size, slots)
       return fn
     captured = concrete.captured_inputs
 
@@ -263,21 +300,22 @@ class _TensorFlowFunction:
     self._chunks[key] = fn
     return fn
 
-  def _eager_chunk(self, kind: str, size: int, devices: tuple = ()):
-    """What `_chunk` traces, as eager calls (same order, same initialisation)."""
+  def _eager_chunk(self, kind: str, size: int, slots: tuple = ()):
+    """What `_chunk` traces, as eager calls (same order, same initialisation),
+    all on the first import: eager calls run one at a time anyway."""
     n_in, n_out = len(self._signature), self._num_outputs
+    imported = self._imports[0]
 
     def call(flat, device=None):
       with tf.device(device):
-        if self._pruned_init is not None:
-          _call_flat(self._pruned_init, flat[len(self._dtypes):])
-        return list(_call_flat(self._pruned, flat))
+        if imported.pruned_init is not None:
+          _call_flat(imported.pruned_init, flat[len(self._dtypes):])
+        return list(_call_flat(imported.pruned, flat))
 
     if kind == 'map':
       return lambda *args: [
           t for k in range(size)
-          for t in call(args[k * n_in:(k + 1) * n_in],
-                        devices[k % len(devices)] if devices else None)]
+          for t in call(args[k * n_in:(k + 1) * n_in], _slot(slots, k)[0])]
 
     def fold(*args):
       acc, values, n_v = list(args[:n_out]), args[n_out:], n_in - n_out
@@ -288,12 +326,12 @@ class _TensorFlowFunction:
 
   # -- inside a traced whole computation (`_Traced`): a call op per call
 
-  def _traced_call(self, flat, device=None):
-    """Adds one call to the graph being traced, after this function's last one.
+  def _traced_call(self, flat, slot: tuple = (None, 0)):
+    """Adds one call to the graph being traced, after this import's last one.
 
-    Calls on one device are chained by control edges (they share the imported
-    graph's variables, see `_strict`); calls of other computations are not,
-    and TensorFlow may overlap them with these.
+    Calls on one slot (device, lane) are chained by control edges (they share
+    that import's variables, see `_strict`); calls on other slots, and of other
+    computations, are not, and TensorFlow may run them concurrently.
     """
     if not self._batchable:
       raise _NotTraceable('a TensorFlow computation cannot be traced into a function '
@@ -301,9 +339,9 @@ class _TensorFlowFunction:
     graph = tf.compat.v1.get_default_graph()
     if self._graph is None or self._graph() is not graph:
       self._graph, self._graph_deps = weakref.ref(graph), {}
-    with tf.device(device):
-      outputs, self._graph_deps[device] = self._call_in_graph(
-          flat, self._graph_deps.get(device, []))
+    with tf.device(slot[0]):
+      outputs, self._graph_deps[slot] = self._call_in_graph(
+          flat, self._graph_deps.get(slot, []), slot[1])
     return outputs
 
   def __call__(self, arg=None):
@@ -311,16 +349,16 @@ class _TensorFlowFunction:
       return self._result(self._traced_call(self._flat(arg)))
     return self._result(self._chunk('map', 1)(*self._flat(arg)))
 
-  def map(self, args: list, devices: tuple = ()) -> list:
-    """[self(a) for a in args], in order, in few TensorFlow calls."""
+  def map(self, args: list, slots: tuple = ()) -> list:
+    """[self(a) for a in args], in order, in few TensorFlow calls; args[k] on
+    slot k mod #slots (see `_slot`)."""
     if not tf.executing_eagerly():
-      return [self._result(self._traced_call(
-          self._flat(a), devices[k % len(devices)] if devices else None))
+      return [self._result(self._traced_call(self._flat(a), _slot(slots, k)))
               for k, a in enumerate(args)]
     flats = [self._flat(a) for a in args]
     results, n_out = [], self._num_outputs
     for start, size in _chunks(len(flats)):
-      outputs = self._chunk('map', size, devices)(
+      outputs = self._chunk('map', size, slots)(
           *[t for flat in flats[start:start + size] for t in flat])
       results.extend(self._result(outputs[k * n_out:(k + 1) * n_out]) for k in range(size))
     return results
@@ -347,6 +385,25 @@ class _TensorFlowFunction:
       flat_acc = list(self._chunk('fold', size)(
           *flat_acc, *[t for flat in flats[start:start + size] for t in flat]))
     return self._result(flat_acc)
+
+
+def _trace_unordered(body: Callable, signature: list):
+  """`body` traced into a function whose ops run in data and control-edge order only.
+
+  `tf.function` adds automatic control dependencies that run stateful ops in
+  program order. Calls of imported graphs are stateful (their variables live
+  inside), so under `tf.function` every call of a round ran after the previous
+  one, whatever their slots (measured: 2 lanes no faster than 1). Calls that
+  must be ordered, the same import's, carry explicit control edges
+  (`_call_in_graph`); all else is data flow.
+  """
+  return tf.compat.v1.wrap_function(body, signature)
+
+
+def _slot(slots: tuple, k: int) -> tuple:
+  """Client k's (device, lane): slots[k mod #slots]; (None, 0), the default
+  device and first import, without slots."""
+  return slots[k % len(slots)] if slots else (None, 0)
 
 
 def _call_flat(concrete, flat, captured=None):
@@ -549,12 +606,20 @@ class _Interpreter:
   """Evaluates a compiled building block for a given number of clients."""
 
   def __init__(self, num_clients: int, devices: list[str], tf_functions: dict,
-               host_datasets: bool = False):
+               host_datasets: bool = False, lanes: int = 1):
     self.num_clients = num_clients
     self.devices = devices
     self.host_datasets = host_datasets
-    # Client k's TensorFlow work goes to devices[k mod #devices] when several.
-    self._client_devices = tuple(devices) if len(devices) > 1 else ()
+    # Client k's TensorFlow work (a federated_map of a TensorFlow computation)
+    # goes to slot k mod #slots: devices[k mod #devices] when several, and on
+    # each device `lanes` imports that run concurrently.
+    # Only client training (computations that take datasets) gets lanes: the
+    # other per-client maps are small.
+    def slots(n_lanes):
+      found = tuple((d, j) for j in range(n_lanes)
+                    for d in (devices if len(devices) > 1 else [None]))
+      return () if found == ((None, 0),) else found
+    self._training_slots, self._client_slots = slots(lanes), slots(1)
     self.tf_functions = tf_functions  # id(CompiledComputation) -> (it, function)
 
   def tensorflow(self, comp: bb.CompiledComputation) -> _TensorFlowFunction:
@@ -621,7 +686,8 @@ class _Interpreter:
         if uri == 'federated_map_all_equal' and x.all_equal:
           return _Fed(clients, fn(x.value), True)
         if isinstance(fn, _TensorFlowFunction):
-          return _Fed(clients, fn.map(x.members(n), self._client_devices), False)
+          return _Fed(clients, fn.map(x.members(n), self._training_slots
+                                      if fn.takes_datasets else self._client_slots), False)
         return _Fed(clients, [self._on_client(k, fn, v)
                               for k, v in enumerate(x.members(n))], False)
       return fmap
@@ -825,7 +891,7 @@ class _Traced:
 
     signature = [tf.TensorSpec(t.shape, t.dtype) for t in leaves]
     try:
-      concrete = tf.function(body, autograph=False).get_concrete_function(*signature)
+      concrete = _trace_unordered(body, signature)
     except (_NotTraceable, tf.errors.InternalError) as e:
       logging.warning('In-process backend: a computation of type %s is interpreted '
                       'call by call, not traced as a whole (%s).',
@@ -901,11 +967,11 @@ class InProcessExecutor(executor_base.Executor):
   """Interprets natively compiled TFF computations in this Python process."""
 
   def __init__(self, num_clients: int, devices: list[str], cache: dict,
-               host_datasets: bool = False):
+               host_datasets: bool = False, lanes: int = 1):
     # Building blocks and imported TF functions are shared by all cohort sizes.
     self._cache = cache.setdefault('computations', {})
     self._interpreter = _Interpreter(num_clients, devices, cache.setdefault('tf', {}),
-                                     host_datasets)
+                                     host_datasets, lanes)
     self._traced = cache.setdefault('traced', _Traced(host_datasets))
 
   def close(self):
@@ -975,22 +1041,56 @@ def gpu_devices() -> list[str]:
   return [d.name for d in tf.config.list_logical_devices('GPU')]
 
 
+def default_concurrent_clients(host_datasets: bool) -> int:
+  """Clients trained at once per device: up to 4, one per CPU core; 1 with
+  `host_datasets` (client calls are eager, one at a time).
+
+  Measured on the 2-core VM, EMNIST CNN, 10 clients of 10 steps in one traced
+  call: 2 at once took 0.875x the time of 1 (CPU use 1.74 -> 1.88 cores), 3
+  0.92x, 4 0.90x. Not measured on more cores; `concurrent_clients` sets it.
+  """
+  return 1 if host_datasets else max(1, min(4, os.cpu_count() or 1))
+
+
+def effective_concurrent_clients(concurrent_clients: Optional[int] = None,
+                                 host_datasets: Optional[bool] = None) -> int:
+  """What `create_context` uses: `concurrent_clients`, or the default for
+  `host_datasets` (default: when TensorFlow sees a GPU); ValueError if bad."""
+  if concurrent_clients is None:
+    if host_datasets is None:
+      host_datasets = bool(gpu_devices())
+    return default_concurrent_clients(host_datasets)
+  if (isinstance(concurrent_clients, bool) or not isinstance(concurrent_clients, int)
+      or concurrent_clients < 1):
+    raise ValueError(f'concurrent_clients must be a positive integer, '
+                     f'got {concurrent_clients!r}')
+  return concurrent_clients
+
+
 def create_context(devices: Optional[list[str]] = None,
-                   host_datasets: Optional[bool] = None):
+                   host_datasets: Optional[bool] = None,
+                   concurrent_clients: Optional[int] = None):
   """A sync TFF context running everything in this process (GPU if visible).
 
   `host_datasets` (default: when TensorFlow sees a GPU) keeps datasets on the
   host: computations that take datasets (client training) get TFF's static
   function inlining and run as their own calls, one per client, rather than
   inside a traced round (see `_inline_function_calls`).
+
+  `concurrent_clients` (default `default_concurrent_clients`): how many
+  clients of a round train at once on each device, each on an import of the
+  client computation of its own (its own variables). Results do not depend on
+  it (tests/test_backends.py).
   """
   gpus = gpu_devices()
   devices = gpus if devices is None else devices
   host_datasets = bool(gpus) if host_datasets is None else host_datasets
+  lanes = effective_concurrent_clients(concurrent_clients, host_datasets)
   cache: dict = {}
 
   def stack_fn(cardinalities):
-    return InProcessExecutor(cardinalities.get(tff.CLIENTS, 0), devices, cache, host_datasets)
+    return InProcessExecutor(cardinalities.get(tff.CLIENTS, 0), devices, cache,
+                             host_datasets, lanes)
 
   return sync_execution_context.SyncExecutionContext(
       executor_fn=python_executor_stacks.ResourceManagingExecutorFactory(

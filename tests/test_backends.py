@@ -566,3 +566,40 @@ def test_unreachable_worker_address_fails_clearly():
   port = portpicker.pick_unused_port()
   with pytest.raises(RuntimeError, match=f'no TFF worker answers at localhost:{port}'):
     runtime.context._wait_ready(f'localhost:{port}', timeout_s=1.0)  # pylint: disable=protected-access
+
+
+def test_seeded_dropout_keeps_one_lane_and_the_one_lane_model(task, client_data, monkeypatch):
+  """A seeded stateful random op (Dropout with an op seed) continues one stream
+  per import across clients: such client work gets one lane, so
+  `concurrent_clients` cannot change the model. Seeded Keras initialisers
+  (set_random_seed; overwritten by the server's weights) do not count."""
+  from tasks import base
+  from tff_algos.runtime import inprocess
+  functions = []
+  init = inprocess._TensorFlowFunction.__init__  # pylint: disable=protected-access
+  monkeypatch.setattr(inprocess._TensorFlowFunction, '__init__',  # pylint: disable=protected-access
+                      lambda self, *a, **k: functions.append(self) or init(self, *a, **k))
+
+  def model_fn(dropout):
+    def keras():
+      layers = [tf.keras.Input(shape=(64,)), tf.keras.layers.Dense(16, activation='relu')]
+      layers += [tf.keras.layers.Dropout(0.5, seed=7)] if dropout else []
+      return tf.keras.Sequential(layers + [tf.keras.layers.Dense(10)])
+    return base.keras_model_fn(
+        keras, client_data[0].element_spec,
+        lambda: tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True), lambda: [])
+
+  results = {}
+  for dropout in (False, True):
+    tf.keras.utils.set_random_seed(3)
+    process = fedopt.build_fedopt(model_fn(dropout), fedopt.FedOptConfig(
+        client_optimizer=optimizers.OptimizerSpec('sgd', 0.1), local_steps=3)).process
+    for lanes in (1, 3):
+      functions.clear()
+      results[dropout, lanes] = run_rounds(
+          process, client_data, 2, inprocess.create_context(concurrent_clients=lanes))[0]
+      training = [f for f in functions if f.takes_datasets]
+      assert [f.seeded_random for f in training] == [dropout]
+      assert len(training[0]._imports) == (1 if dropout or lanes == 1 else 3)  # pylint: disable=protected-access
+  assert_same(results[True, 3], results[True, 1], atol=0)
+  assert_same(results[False, 3], results[False, 1])

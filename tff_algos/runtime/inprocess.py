@@ -206,6 +206,12 @@ class _TensorFlowFunction:
     self._result_type = type_signature.result
     self._host_datasets = host_datasets  # then called call by call, by design
     self.takes_datasets = _takes_datasets(type_signature)
+    # Seeded stateful random ops (e.g. `Dropout(rate, seed=...)`) continue one
+    # stream per import across calls: with lanes, clients would draw other
+    # numbers. Such computations get one lane per device. (Unseeded ones, as
+    # Keras Dropout in TFF's graphs even after `set_random_seed`, draw fresh
+    # numbers per kernel whatever the lanes.)
+    self.seeded_random = _has_seeded_random_results(self._tf_proto)
     first = _Import(self._tf_proto, host_datasets)
     self._imports = [first]
     self._serialized, self._dtypes, self._token = first.serialized, first.dtypes, first.token
@@ -265,9 +271,9 @@ class _TensorFlowFunction:
         outputs, last = [], {}
         for k in range(size):
           slot = _slot(slots, k)
-          with tf.device(slot[0]):  # calls on one slot run in order
-            out, last[slot] = self._call_in_graph(args[k * n_in:(k + 1) * n_in],
-                                                  last.get(slot, []), slot[1])
+          with tf.device(slot[0]):  # calls on one import run in order
+            out, last[slot[1]] = self._call_in_graph(args[k * n_in:(k + 1) * n_in],
+                                                     last.get(slot[1], []), slot[1])
           outputs.extend(out)
         return outputs
       signature = self._signature * size
@@ -329,9 +335,10 @@ class _TensorFlowFunction:
   def _traced_call(self, flat, slot: tuple = (None, 0)):
     """Adds one call to the graph being traced, after this import's last one.
 
-    Calls on one slot (device, lane) are chained by control edges (they share
-    that import's variables, see `_strict`); calls on other slots, and of other
-    computations, are not, and TensorFlow may run them concurrently.
+    Calls of one import (lane) are chained by control edges (they share its
+    variables, see `_strict`), whatever their device; calls of other imports,
+    and of other computations, are not, and TensorFlow may run them
+    concurrently.
     """
     if not self._batchable:
       raise _NotTraceable('a TensorFlow computation cannot be traced into a function '
@@ -340,8 +347,8 @@ class _TensorFlowFunction:
     if self._graph is None or self._graph() is not graph:
       self._graph, self._graph_deps = weakref.ref(graph), {}
     with tf.device(slot[0]):
-      outputs, self._graph_deps[slot] = self._call_in_graph(
-          flat, self._graph_deps.get(slot, []), slot[1])
+      outputs, self._graph_deps[slot[1]] = self._call_in_graph(
+          flat, self._graph_deps.get(slot[1], []), slot[1])
     return outputs
 
   def __call__(self, arg=None):
@@ -358,7 +365,8 @@ class _TensorFlowFunction:
     flats = [self._flat(a) for a in args]
     results, n_out = [], self._num_outputs
     for start, size in _chunks(len(flats)):
-      outputs = self._chunk('map', size, slots)(
+      rotated = slots[start % len(slots):] + slots[:start % len(slots)] if slots else ()
+      outputs = self._chunk('map', size, rotated)(
           *[t for flat in flats[start:start + size] for t in flat])
       results.extend(self._result(outputs[k * n_out:(k + 1) * n_out]) for k in range(size))
     return results
@@ -385,6 +393,53 @@ class _TensorFlowFunction:
       flat_acc = list(self._chunk('fold', size)(
           *flat_acc, *[t for flat in flats[start:start + size] for t in flat]))
     return self._result(flat_acc)
+
+
+_STATEFUL_RANDOM_OPS = frozenset([
+    'RandomUniform', 'RandomUniformInt', 'RandomStandardNormal', 'TruncatedNormal',
+    'ParameterizedTruncatedNormal', 'RandomShuffle', 'Multinomial', 'RandomGamma',
+    'RandomPoisson', 'RandomPoissonV2', 'RandomCrop'])
+
+
+def _has_seeded_random_results(tf_proto) -> bool:
+  """Whether a seeded stateful random op can reach the computation's results.
+
+  Only the ops the result tensors depend on count (the graph's own nodes, and
+  every op of the functions those nodes call, transitively): the Keras
+  initialisers, which only the `initialize_op` reaches, are overwritten by the
+  server's weights. Unseeded ops (seed = seed2 = 0) draw fresh numbers per
+  kernel anyway.
+  """
+  graph_def = serialization_utils.unpack_graph_def(tf_proto.graph_def)
+  nodes = {n.name: n for n in graph_def.node}
+  library = {f.signature.name: f for f in graph_def.library.function}
+  todo = [name.split(':')[0] for name in
+          tensorflow_utils.extract_tensor_names_from_binding(tf_proto.result)]
+  seen, functions, ops = set(), [], []
+  while todo:
+    node = nodes.get(todo.pop())
+    if node is None or node.name in seen:
+      continue
+    seen.add(node.name)
+    ops.append(node)
+    todo.extend(i.lstrip('^').split(':')[0] for i in node.input)
+  def called(node):
+    for attr in node.attr.values():
+      names = [attr.func.name] if attr.HasField('func') else [
+          f.name for f in attr.list.func]
+      yield from (n for n in names if n)
+  done = set()
+  functions = [f for op in ops for f in called(op)]
+  while functions:
+    name = functions.pop()
+    if name in done or name not in library:
+      continue
+    done.add(name)
+    for node in library[name].node_def:
+      ops.append(node)
+      functions.extend(called(node))
+  return any(op.op in _STATEFUL_RANDOM_OPS and (op.attr['seed'].i or op.attr['seed2'].i)
+             for op in ops)
 
 
 def _trace_unordered(body: Callable, signature: list):
@@ -616,8 +671,10 @@ class _Interpreter:
     # Only client training (computations that take datasets) gets lanes: the
     # other per-client maps are small.
     def slots(n_lanes):
-      found = tuple((d, j) for j in range(n_lanes)
-                    for d in (devices if len(devices) > 1 else [None]))
+      devs = devices if len(devices) > 1 else [None]
+      # One import per slot: slots on different devices must not share variables.
+      found = tuple((d, j * len(devs) + i) for j in range(n_lanes)
+                    for i, d in enumerate(devs))
       return () if found == ((None, 0),) else found
     self._training_slots, self._client_slots = slots(lanes), slots(1)
     self.tf_functions = tf_functions  # id(CompiledComputation) -> (it, function)
@@ -687,7 +744,8 @@ class _Interpreter:
           return _Fed(clients, fn(x.value), True)
         if isinstance(fn, _TensorFlowFunction):
           return _Fed(clients, fn.map(x.members(n), self._training_slots
-                                      if fn.takes_datasets else self._client_slots), False)
+                                      if fn.takes_datasets and not fn.seeded_random
+                                      else self._client_slots), False)
         return _Fed(clients, [self._on_client(k, fn, v)
                               for k, v in enumerate(x.members(n))], False)
       return fmap

@@ -195,10 +195,15 @@ def check_backend(backend: str, workers: Workers = None,
     if backend != 'inprocess':
       raise ValueError('--concurrent_clients is for --backend=inprocess (a worker_binary '
                        'runs its clients concurrently by itself)')
-    if isinstance(concurrent_clients, bool) or not isinstance(concurrent_clients, int) \
-        or concurrent_clients < 1:
-      raise ValueError(f'--concurrent_clients must be a positive integer, got '
-                       f'{concurrent_clients!r}')
+    check_concurrent_clients(concurrent_clients)
+
+
+def check_concurrent_clients(concurrent_clients) -> None:
+  """ValueError unless a positive integer (a bool is not one)."""
+  if (isinstance(concurrent_clients, bool) or not isinstance(concurrent_clients, int)
+      or concurrent_clients < 1):
+    raise ValueError(f'--concurrent_clients must be a positive integer, got '
+                     f'{concurrent_clients!r}')
 
 
 def _wait_ready(address: str, timeout_s: float = 30.0):

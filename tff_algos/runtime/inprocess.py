@@ -91,6 +91,8 @@ from tensorflow_federated.python.core.impl.types import type_conversions
 from tensorflow_federated.python.core.impl.utils import tensorflow_utils
 from tensorflow_federated.python.tensorflow_libs import serialization_utils
 
+from tff_algos.runtime import context
+
 _suffixes = itertools.count()
 
 
@@ -208,10 +210,11 @@ class _TensorFlowFunction:
     self.takes_datasets = _takes_datasets(type_signature)
     # Seeded stateful random ops (e.g. `Dropout(rate, seed=...)`) continue one
     # stream per import across calls: with lanes, clients would draw other
-    # numbers. Such computations get one lane per device. (Unseeded ones, as
+    # numbers. Such client training gets one lane per device (only computations
+    # taking datasets get lanes, so only theirs are scanned). (Unseeded ones, as
     # Keras Dropout in TFF's graphs even after `set_random_seed`, draw fresh
     # numbers per kernel whatever the lanes.)
-    self.seeded_random = _has_seeded_random_results(self._tf_proto)
+    self.seeded_random = self.takes_datasets and _has_seeded_random_results(self._tf_proto)
     first = _Import(self._tf_proto, host_datasets)
     self._imports = [first]
     self._serialized, self._dtypes, self._token = first.serialized, first.dtypes, first.token
@@ -415,7 +418,7 @@ def _has_seeded_random_results(tf_proto) -> bool:
   library = {f.signature.name: f for f in graph_def.library.function}
   todo = [name.split(':')[0] for name in
           tensorflow_utils.extract_tensor_names_from_binding(tf_proto.result)]
-  seen, functions, ops = set(), [], []
+  seen, ops = set(), []
   while todo:
     node = nodes.get(todo.pop())
     if node is None or node.name in seen:
@@ -1118,10 +1121,7 @@ def effective_concurrent_clients(concurrent_clients: Optional[int] = None,
     if host_datasets is None:
       host_datasets = bool(gpu_devices())
     return default_concurrent_clients(host_datasets)
-  if (isinstance(concurrent_clients, bool) or not isinstance(concurrent_clients, int)
-      or concurrent_clients < 1):
-    raise ValueError(f'concurrent_clients must be a positive integer, '
-                     f'got {concurrent_clients!r}')
+  context.check_concurrent_clients(concurrent_clients)
   return concurrent_clients
 
 

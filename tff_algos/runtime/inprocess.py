@@ -518,7 +518,7 @@ def _strict(pruned, signature):
   its whole body between its inputs and its outputs.
   """
   try:
-    return tf.function(lambda *args: pruned(*args), autograph=False,
+    return tf.function(lambda *args: _call_flat(pruned, args), autograph=False,
                        experimental_attributes={'_noinline': True}
                        ).get_concrete_function(*signature)
   except tf.errors.InternalError:

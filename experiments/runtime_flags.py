@@ -63,7 +63,15 @@ def check() -> None:
 
 
 def values() -> dict:
-  return dict(backend=backend(), workers=workers(), concurrent_clients=concurrent_clients())
+  """The runtime flags, for summary.json; with the in-process backend also
+  `effective_concurrent_clients`, the lanes it uses (the flag's default
+  depends on the machine: its cores, a GPU)."""
+  out = dict(backend=backend(), workers=workers(), concurrent_clients=concurrent_clients())
+  if backend() == 'inprocess':
+    from tff_algos.runtime import inprocess  # pylint: disable=g-import-not-at-top
+    out['effective_concurrent_clients'] = inprocess.effective_concurrent_clients(
+        concurrent_clients())
+  return out
 
 
 def managed_context():

@@ -17,6 +17,7 @@ mantissas, far outside this file's 1e-5.
 """
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -461,6 +462,22 @@ def test_backend_and_workers_validation():
     inprocess.create_context(concurrent_clients=0)
 
 
+def test_summary_records_the_lanes_the_inprocess_backend_uses():
+  """--concurrent_clients defaults to a machine-dependent count: summary.json
+  records the count used, not only the flag's value (None)."""
+  from absl.testing import flagsaver
+  from experiments import runtime_flags
+  from tff_algos.runtime import inprocess
+  default = runtime_flags.values()
+  assert default['backend'] == 'inprocess' and default['concurrent_clients'] is None
+  assert default['effective_concurrent_clients'] == inprocess.default_concurrent_clients(
+      bool(inprocess.gpu_devices())) >= 1
+  with flagsaver.flagsaver(concurrent_clients=3):
+    assert runtime_flags.values()['effective_concurrent_clients'] == 3
+  with flagsaver.flagsaver(backend='cpp'):
+    assert 'effective_concurrent_clients' not in runtime_flags.values()
+
+
 def test_after_merge_results_keep_client_order_whoever_finishes_first():
   """The root cause, made deterministic: the first subround's worker is slower."""
   import asyncio
@@ -553,7 +570,14 @@ def test_trainer_backends_write_the_same_metrics(tmp_path):
                        capture_output=True, text=True, timeout=600)
   assert bad.returncode != 0 and 'for --backend=inprocess' in bad.stderr + bad.stdout
   with open(os.path.join(tmp_path, 'lanes3', 'summary.json')) as f:
-    assert '"concurrent_clients": 3' in f.read()
+    assert json.load(f)['flags']['effective_concurrent_clients'] == 3
+  with open(os.path.join(tmp_path, 'inprocess', 'summary.json')) as f:
+    flags = json.load(f)['flags']
+  assert flags['concurrent_clients'] is None
+  from tff_algos.runtime import inprocess
+  assert flags['effective_concurrent_clients'] == inprocess.effective_concurrent_clients()
+  with open(os.path.join(tmp_path, 'cpp', 'summary.json')) as f:
+    assert 'effective_concurrent_clients' not in json.load(f)['flags']
   for name in ('inprocess', 'lanes3', 'two'):
     assert len(rows[name]) == len(rows['cpp']) == 2
     for a, b in zip(rows[name], rows['cpp']):

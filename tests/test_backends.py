@@ -462,6 +462,28 @@ def test_backend_and_workers_validation():
     inprocess.create_context(concurrent_clients=0)
 
 
+def test_calls_of_calls_leave_the_threads_function_options_as_they_were():
+  """Traced rounds are called with Grappler off for them alone: the thread's
+  options (which later eager calls of client graphs use) are restored, also
+  when the call fails."""
+  from tensorflow.core.protobuf import config_pb2
+  from tensorflow.python.eager import context as eager_context
+  from tff_algos.runtime import inprocess
+  ctx = eager_context.context()
+  before = ctx.function_call_options.config_proto_serialized
+  add_one = tf.function(lambda x: x + 1.0).get_concrete_function(
+      tf.TensorSpec([], tf.float32))
+  assert float(tf.nest.flatten(inprocess._call_calls(add_one, [tf.constant(1.0)]))[0]) == 2.0
+  assert ctx.function_call_options.config_proto_serialized == before
+  with pytest.raises(Exception):
+    inprocess._call_calls(add_one, [tf.constant('not a float')])
+  assert ctx.function_call_options.config_proto_serialized == before
+  rewrite = lambda serialized: config_pb2.ConfigProto.FromString(  # noqa: E731
+      serialized).graph_options.rewrite_options
+  assert not rewrite(before).disable_meta_optimizer
+  assert rewrite(inprocess._CALLS_OPTIONS[before].config_proto_serialized).disable_meta_optimizer
+
+
 def test_summary_records_the_lanes_the_inprocess_backend_uses():
   """--concurrent_clients defaults to a machine-dependent count: summary.json
   records the count used, not only the flag's value (None)."""

@@ -334,11 +334,10 @@ def main(argv):
 
   result['backend'] = runtime_flags.backend() + (
       f' workers={runtime_flags.workers()}' if runtime_flags.workers() else '')
-  if runtime_flags.backend() == 'inprocess':
-    from tff_algos.runtime import inprocess
-    result['concurrent_clients'] = inprocess.effective_concurrent_clients(
-        runtime_flags.concurrent_clients())
-    result['backend'] += f" concurrent_clients={result['concurrent_clients']}"
+  lanes = runtime_flags.values().get('effective_concurrent_clients')  # in-process only
+  if lanes is not None:
+    result['concurrent_clients'] = lanes
+    result['backend'] += f' concurrent_clients={lanes}'
   result['devices'] = [d.name for d in tf.config.list_logical_devices()]
   with runtime_flags.managed_context() as ctx:
     if not FLAGS.models_only:

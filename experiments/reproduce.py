@@ -36,6 +36,7 @@ from experiments import common
 from experiments import flags as trainer_flags
 from experiments import report
 from experiments import runtime_flags
+from experiments import seed_stats
 from experiments.configs import base
 from tff_algos import metrics_tables
 
@@ -256,28 +257,62 @@ def run_metric(rows: Sequence[dict], summary: dict, metric: str) -> Optional[flo
   raise ValueError(f'unknown metric {metric!r}')
 
 
-def lookup(obj: Any, dotted: str) -> Optional[float]:
+def lookup_raw(obj: Any, dotted: str) -> Any:
   for part in dotted.split('.'):
     if isinstance(obj, dict) and part in obj:
       obj = obj[part]
     else:
       return None
+  return obj
+
+
+def lookup(obj: Any, dotted: str) -> Optional[float]:
+  obj = lookup_raw(obj, dotted)
   return float(obj) if isinstance(obj, (int, float)) else None
 
 
-def measure(exp: base.Experiment, results: dict[str, Any]) -> dict[str, Optional[float]]:
-  """Published key -> our value (mean over seeds for trainer runs)."""
+def _binary_stats(obj: Any) -> dict:
+  """A binary's value: a number (one seed), a list of per-seed numbers, or a
+  dict with a 'per_seed' list."""
+  if isinstance(obj, dict) and isinstance(obj.get('per_seed'), list):
+    obj = obj['per_seed']
+  if isinstance(obj, list):
+    return seed_stats.summarize([v if isinstance(v, (int, float)) else None for v in obj])
+  return seed_stats.summarize([float(obj)] if isinstance(obj, (int, float)) else [None])
+
+
+def _trainer_stats(runs: Sequence[dict], metric: str) -> dict:
+  """Per-seed values of `metric` over `runs` (one label), with their summary.
+
+  'max_accuracy' is the maximum of the seed-averaged curve (as the papers
+  report it), its spread that of the seeds at the peak round.
+  """
+  if metric == 'max_accuracy':
+    curves = [_evals(r['rows'], accuracy_key(r['rows'])) for r in runs
+              if accuracy_key(r['rows'])]
+    if curves and len(curves) == len(runs) and all(curves):
+      peak = seed_stats.peak_of_mean_curve(curves)
+      if peak is not None:
+        return dict(peak, seeds=[r['seed'] for r in runs])
+  values = [run_metric(r['rows'], r['summary'], metric) for r in runs]
+  return dict(seed_stats.summarize(values), seeds=[r['seed'] for r in runs])
+
+
+def measure_stats(exp: base.Experiment, results: dict[str, Any]) -> dict[str, dict]:
+  """Published key -> summary over seeds (`seed_stats.summarize`'s fields)."""
   out = {}
   for pub in exp.published:
     if isinstance(exp.runner, base.Binary):
-      out[pub.key] = lookup(results.get('json', {}), pub.key)
+      out[pub.key] = _binary_stats(lookup_raw(results.get('json', {}), pub.key))
       continue
     label, _, metric = pub.key.partition('/')
-    values = [run_metric(r['rows'], r['summary'], metric)
-              for r in results['runs'] if r['label'] == label]
-    values = [v for v in values if v is not None]
-    out[pub.key] = float(sum(values) / len(values)) if values else None
+    out[pub.key] = _trainer_stats([r for r in results['runs'] if r['label'] == label], metric)
   return out
+
+
+def measure(exp: base.Experiment, results: dict[str, Any]) -> dict[str, Optional[float]]:
+  """Published key -> our value (the mean over seeds)."""
+  return {k: v['mean'] for k, v in measure_stats(exp, results).items()}
 
 
 # ----------------------------------------------------------------------------
@@ -296,9 +331,10 @@ def run_experiment(exp: base.Experiment, scale: str, root: str, progress: bool =
     results = _run_trainer(exp, scale, out_dir, progress, manage_runtime)
   else:
     results = _run_binary(exp, scale, out_dir)
-  measured = measure(exp, results)
+  stats = measure_stats(exp, results)
   result = dict(experiment=exp.name, paper=exp.paper, ref=exp.ref, scale=scale,
-                wall_time_s=time.perf_counter() - t0, measured=measured,
+                wall_time_s=time.perf_counter() - t0,
+                measured={k: v['mean'] for k, v in stats.items()}, stats=stats,
                 rounds=results.get('rounds'),
                 published={p.key: p.value for p in exp.published})
   with open(os.path.join(out_dir, 'result.json'), 'w') as f:
@@ -368,15 +404,23 @@ def _plot(exp, results, out_dir) -> Optional[str]:
   matplotlib.use('Agg')
   import matplotlib.pyplot as plt
   fig, ax = plt.subplots(figsize=(6, 4))
-  for run in results['runs']:
-    if run['seed'] != results['runs'][0]['seed']:
+  labels = list(dict.fromkeys(r['label'] for r in results['runs']))
+  for label in labels:
+    runs = [r for r in results['runs'] if r['label'] == label]
+    curves = [_evals(r['rows'], accuracy_key(r['rows'])) for r in runs
+              if accuracy_key(r['rows'])]
+    if not curves or not all(curves):
       continue
-    key = accuracy_key(run['rows'])
-    if key:
-      xs, ys = zip(*_evals(run['rows'], key)) if _evals(run['rows'], key) else ((), ())
-      ax.plot(xs, ys, label=run['label'])
+    rounds = [rv[0] for rv in seed_stats.mean_curve(curves)]
+    by_seed = [dict(c) for c in curves]
+    points = [seed_stats.summarize([d[r] for d in by_seed]) for r in rounds]
+    line, = ax.plot(rounds, [p['mean'] for p in points],
+                    label=f'{label} ({len(curves)} seeds)' if len(curves) > 1 else label)
+    if len(curves) > 1:
+      ax.fill_between(rounds, [p['ci95'][0] for p in points],
+                      [p['ci95'][1] for p in points], color=line.get_color(), alpha=0.2)
   ax.set_xlabel('round')
-  ax.set_ylabel('test accuracy')
+  ax.set_ylabel('test accuracy (mean over seeds, band: 95 % CI)')
   ax.set_title(f'{exp.name} ({exp.ref})', fontsize=9)
   if ax.lines:
     ax.legend(fontsize=7)
@@ -395,18 +439,41 @@ def _fmt(v):
   return f'{v:.4g}'
 
 
+def _interval(stats: Optional[dict]) -> str:
+  if not stats or stats.get('ci95') is None:
+    return '—'
+  lo, hi = stats['ci95']
+  return f'[{lo:.4g}, {hi:.4g}]'
+
+
+def _seeds(stats: Optional[dict]) -> str:
+  if not stats:
+    return ''
+  n = stats.get('n', 0)
+  missing = stats.get('missing', 0)
+  return f'{n}' + (f' (+{missing} not reached)' if missing else '')
+
+
+def _inside(stats: Optional[dict], published: float) -> str:
+  inside = seed_stats.contains(stats, published)
+  if inside is None:
+    return '— (one seed)' if stats and stats.get('n') == 1 else '—'
+  return 'yes' if inside else 'no'
+
+
 def experiment_table(exp: base.Experiment, results_by_scale: dict[str, dict]) -> str:
-  """Published vs measured for one experiment; full scale preferred."""
-  header = ['experiment', 'ref', 'quantity', 'published', 'ours', 'ours − published',
-            'scale', 'rounds']
+  """Published vs measured (mean, std, 95 % CI over seeds) for one experiment,
+  as a markdown table; full scale preferred."""
+  header = ['experiment', 'ref', 'quantity', 'published', 'ours (mean)', 'std',
+            '95 % CI', 'seeds', 'published in CI', 'ours − published', 'scale', 'rounds']
   rows = []
   for pub in exp.published:
-    scale, measured = 'not run', None
-    result = None
+    scale, measured, stats, result = 'not run', None, None, None
     for s in ('full', 'smoke'):
       if s in results_by_scale:
         result = results_by_scale[s]
         scale, measured = s, result['measured'].get(pub.key)
+        stats = (result.get('stats') or {}).get(pub.key)
         break
     if scale == 'smoke':
       scale = 'smoke only (not comparable)'
@@ -417,8 +484,10 @@ def experiment_table(exp: base.Experiment, results_by_scale: dict[str, dict]) ->
                                 if isinstance(v, (int, float))}))
     value = f'{pub.value:.4g}' + (' (≈, from figure)' if pub.approximate else '')
     rows.append([exp.name, pub.ref, pub.label or pub.key, value, _fmt(measured),
+                 _fmt(stats.get('std') if stats else None), _interval(stats), _seeds(stats),
+                 _inside(stats, pub.value) if measured is not None else '—',
                  _fmt(diff), scale, rounds])
-  return report.format_table(header, rows)
+  return report.markdown_table(header, rows)
 
 
 def load_results(root: str) -> dict[str, dict[str, dict]]:
@@ -439,7 +508,11 @@ def load_results(root: str) -> dict[str, dict[str, dict]]:
 def full_report(root: str, experiments: dict[str, base.Experiment]) -> str:
   results = load_results(root)
   parts = ['# Reproduction report', '',
-           'Published values next to ours. "smoke only" = the pipeline ran on '
+           'Published values next to ours. "ours" is the mean over seeds, with the '
+           'standard deviation and the 95 % Student-t confidence interval of the mean '
+           '(none with one seed); "published in CI" says whether the published value '
+           'lies inside it. Max accuracy is the maximum of the seed-averaged curve, '
+           'as the papers report it. "smoke only" = the pipeline ran on '
            'embedded/synthetic data for a few rounds, not comparable; "not run" = '
            'no result under this directory.', '']
   done_full = sum('full' in results.get(n, {}) for n in experiments)

@@ -12,13 +12,16 @@ Theta_{2K+1} = e_{2K+1} K-MAML (quadratic case); Theta_1 = (1) minibatch SGD.
 
 LocalUpdateDecay (Alg. 3-4): each sampled client first measures l_i, its loss
 at x_t on its whole local dataset; the server averages them (l_t) and feeds a
-ReduceLROnPlateau (`core.plateau`) per learning rate: after P rounds without
-the W-round moving average improving by more than Delta, gamma <- alpha gamma
-and eta <- beta eta, then C rounds of cooldown (also at the start). Paper
-defaults: Delta = 1e-4, alpha = 0.1, beta = 0.9, P = W = C = 100.
-`reference_semantics=True` follows the authors' code (window starts at +inf,
-example-weighted mean of l_i and of q_i); the default follows the paper
-(moving average over the rounds seen so far, unweighted means).
+ReduceLROnPlateau (`core.plateau`) per learning rate: after P consecutive
+rounds in which the W-round moving average l^_t exceeds min_{j<t} l^_j - Delta
+(§9.1, eq. 25), gamma <- alpha gamma and eta <- beta eta, then C rounds of
+cooldown (also at the start). Paper defaults: Delta = 1e-4, alpha = 0.1,
+beta = 0.9, P = W = C = 100. `DecayConfig.semantics='reference'` follows the
+authors' code instead (Keras's `best`, which moves only on improvements larger
+than Delta; window starting at +inf); the trainer's
+`--decay_reference_semantics` also switches the means of l_i and q_i to the
+code's example weighting (`LocalUpdateConfig.example_weighted`), which
+`--uniform_weighting` turns back off.
 
 The plateau states live in the client work's server state and the server
 optimiser's learning rate is set from them each round through TFF's
@@ -100,13 +103,13 @@ class DecayConfig:
   patience: int = 100              # P
   window: int = 100                # W
   cooldown: int = 100              # C
-  reference_semantics: bool = False
+  semantics: str = 'paper'         # plateau.SEMANTICS: eq. 25, or the authors' code
 
   def plateau(self, lr: float, factor: float) -> plateau.PlateauConfig:
     return plateau.PlateauConfig(
         initial_lr=lr, decay_factor=factor, min_delta=self.min_delta,
         window_size=self.window, patience=self.patience, cooldown=self.cooldown,
-        window_fill='reference' if self.reference_semantics else 'partial')
+        semantics=self.semantics)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -169,8 +172,6 @@ def build_local_update_decay(model_fn, config: LocalUpdateConfig,
       client=decay.plateau(config.client_learning_rate, decay.client_decay),
       server=decay.plateau(config.server_optimizer.learning_rate, decay.server_decay),
       num_steps=len(config.theta))
-  if decay.reference_semantics and not config.example_weighted:
-    config = dataclasses.replace(config, example_weighted=True)
   return fedopt.compose(name, model_fn, _client_work(model_fn, config, schedule),
                         config.server_optimizer.build())
 
@@ -203,7 +204,7 @@ def _decay(hp: HParams) -> DecayConfig:
   return DecayConfig(min_delta=hp.decay_min_delta, client_decay=hp.client_lr_decay_factor,
                      server_decay=hp.server_lr_decay_factor, patience=hp.decay_patience,
                      window=hp.decay_window, cooldown=hp.decay_cooldown,
-                     reference_semantics=hp.decay_reference_semantics)
+                     semantics='reference' if hp.decay_reference_semantics else 'paper')
 
 
 def _check(hp: HParams, preset: Optional[str] = None, decaying: bool = False):

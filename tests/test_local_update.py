@@ -65,6 +65,32 @@ def test_client_output_is_Q_A_x_minus_c(quad, theta, gamma):
   assert out.metrics['client_work']['client_steps'] == 3 * len(theta)
 
 
+def test_update_norm_is_the_norm_of_q_before_eta(quad):
+  # Paper 002, Fig. 3: ||q_t||, the averaged client output (x_{t+1} = x_t - eta q_t).
+  a, c, x0, task = quad
+  alg = local_update.build_local_update(task.model_fn, local_update.LocalUpdateConfig(
+      theta=(1.0, 1.0, 1.0), client_learning_rate=0.1,
+      server_optimizer=optimizers.OptimizerSpec('sgd', 0.25)))
+  state = alg.process.initialize()
+  out = alg.process.next(state, [task.client_dataset(cid) for cid in task.client_ids])
+  q = _q_theory(a, c, x0, (1, 1, 1), 0.1)
+  assert out.metrics['aggregator']['update_norm'] == pytest.approx(np.linalg.norm(q), rel=1e-4)
+  step = x0 - np.asarray(out.state.global_model_weights.trainable[0], np.float64)
+  np.testing.assert_allclose(step, 0.25 * q, rtol=1e-4, atol=1e-6)
+
+
+def test_reference_semantics_flag_weights_by_examples_unless_uniform():
+  from tff_algos.hparams import HParams
+  ref = HParams(decay_reference_semantics=True)
+  assert local_update._config(ref).example_weighted
+  assert local_update._decay(ref).semantics == 'reference'
+  assert not local_update._config(HParams(decay_reference_semantics=True,
+                                          uniform_weighting=True)).example_weighted
+  paper = HParams()
+  assert not local_update._config(paper).example_weighted
+  assert local_update._decay(paper).semantics == 'paper'
+
+
 def test_gamma_zero_gives_the_true_gradient(quad):
   a, c, x0, task = quad
   grad = np.mean([ai @ (x0 - ci) for ai, ci in zip(a, c)], axis=0)

@@ -23,6 +23,9 @@ than Delta; window starting at +inf); the trainer's
 code's example weighting (`LocalUpdateConfig.example_weighted`), which
 `--uniform_weighting` turns back off.
 
+Both report the norm ||q_t|| of the averaged client output, the update the
+server applies before eta (paper 002, Fig. 3), as `aggregator/update_norm`.
+
 The plateau states live in the client work's server state and the server
 optimiser's learning rate is set from them each round through TFF's
 `set_hparams`, so everything is checkpointed with the learning process.
@@ -155,6 +158,19 @@ def _client_work(model_fn, config: LocalUpdateConfig, schedule):
                         tff.learning.ClientWeighting.UNIFORM))
 
 
+def _update_norm(mean_update):
+  """||q_t||: the global l2 norm of the aggregated update (at the server)."""
+  @tff.tensorflow.computation(mean_update.type_signature.member)
+  def norm(update):
+    return collections.OrderedDict(update_norm=tf.linalg.global_norm(tf.nest.flatten(update)))
+  return tff.federated_map(norm, mean_update)
+
+
+def _aggregator():
+  return tff.aggregators.add_measurements(tff.aggregators.MeanFactory(),
+                                          server_measurement_fn=_update_norm)
+
+
 def build_local_update(model_fn, config: LocalUpdateConfig,
                        name: str = 'local_update') -> FederatedAlgorithm:
   schedule = client_work_lib.ClientSchedule(
@@ -162,7 +178,7 @@ def build_local_update(model_fn, config: LocalUpdateConfig,
       local_steps=schedules.LocalSteps(len(config.theta)),
       needs_pre_training_loss=config.measure_pre_training_loss)
   return fedopt.compose(name, model_fn, _client_work(model_fn, config, schedule),
-                        config.server_optimizer.build())
+                        config.server_optimizer.build(), _aggregator())
 
 
 def build_local_update_decay(model_fn, config: LocalUpdateConfig,
@@ -173,7 +189,7 @@ def build_local_update_decay(model_fn, config: LocalUpdateConfig,
       server=decay.plateau(config.server_optimizer.learning_rate, decay.server_decay),
       num_steps=len(config.theta))
   return fedopt.compose(name, model_fn, _client_work(model_fn, config, schedule),
-                        config.server_optimizer.build())
+                        config.server_optimizer.build(), _aggregator())
 
 
 # Trainer integration: flag values (HParams) -> configs, in one place.

@@ -286,3 +286,48 @@ def test_paper000_metrics_min_smoothed_train_loss_and_step_fraction():
   assert m('fraction_sgd_steps') == pytest.approx(45 / 60)
   assert reproduce.run_metric([{'round': 1}], {}, 'fraction_sgd_steps') is None
 
+
+# --- paper 002 (LocalUpdate): App. C models, App. D tables compared ---------------
+
+def test_paper002_emnist_model_is_mcmahan_cnn():
+  import tensorflow as tf
+  from experiments.configs import paper002
+  from tasks import models
+  model_id = paper002.TASK_SETUP['emnist_character'][0]
+  assert model_id == 'cnn'
+  keras = models.emnist_tff_model(model_id)
+  convs = [l for l in keras.layers if isinstance(l, tf.keras.layers.Conv2D)]
+  dense = [l for l in keras.layers if isinstance(l, tf.keras.layers.Dense)]
+  assert [(c.kernel_size, c.filters) for c in convs] == [((5, 5), 32), ((5, 5), 64)]
+  assert sum(isinstance(l, tf.keras.layers.MaxPooling2D) for l in keras.layers) == 2
+  assert [d.units for d in dense] == [512, 62]
+  assert not any(isinstance(l, tf.keras.layers.Dropout) for l in keras.layers)
+
+
+def test_paper002_tuned_etas_of_app_d_and_table2_are_compared():
+  from experiments import configs
+  from experiments.configs import paper002
+  exps = configs.all_experiments()
+  tables = {'local_update_fig8_emnist': ('emnist_character', 'Table 4'),
+            'local_update_fig8_cifar100': ('cifar100_image', 'Table 3'),
+            'local_update_fig8_shakespeare': ('shakespeare_character', 'Table 5'),
+            'local_update_fig9_so_nwp': ('stackoverflow_word', 'Table 6'),
+            'local_update_fig9_so_tp': ('stackoverflow_tag', 'Table 7')}
+  for name, (task, table) in tables.items():
+    pubs = {p.key: p for p in exps[name].published}
+    assert exps[name].runner.flags['tasks'] == task
+    assert len(pubs) == len(paper002.TUNED_ETA[task]) + 1
+    assert pubs[f'log10_eta.{task}.decay'].value == paper002.DECAY_LR[task][1]
+    assert pubs[f'log10_eta.{task}.decay'].ref == 'Table 2'
+    assert all(p.ref.endswith(table) for k, p in pubs.items() if not k.endswith('decay'))
+    # The smoke run tunes every gamma of the table, so every key is measured.
+    smoke_gammas = exps[name].runner.smoke_flags['gammas'].split(',')
+    assert {f'log10_eta.{task}.{paper002.gamma_key(float(g))}' for g in smoke_gammas} | {
+        f'log10_eta.{task}.decay'} == set(pubs)
+  emnist = {p.key: p.value for p in exps['local_update_fig8_emnist'].published}
+  assert emnist['log10_eta.emnist_character.1e-1'] == -2           # Table 4, gamma = 0.1
+  assert emnist['log10_eta.emnist_character.0'] == -1.5
+  assert reproduce.lookup({'log10_eta': {'emnist_character': {'1e-1': -2.0}}},
+                          'log10_eta.emnist_character.1e-1') == -2.0
+  assert [paper002.gamma_key(g) for g in (0, 1e-3, 0.1, 1, 100, 0.5)] == [
+      '0', '1e-3', '1e-1', '1e0', '1e2', '0p5']

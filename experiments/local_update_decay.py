@@ -102,8 +102,10 @@ def _run(task, name, algorithm, clients, out_root):
 
 
 def _tail(curve) -> float:
+  """Mean loss over the tuning window; inf for a run that diverged (a non-finite
+  loss in the window), so that tuning never picks it."""
   tail = curve[-FLAGS.select_last_rounds:]
-  return float(np.nanmean(tail)) if np.isfinite(tail).any() else float('inf')
+  return float(np.mean(tail)) if len(tail) and np.isfinite(tail).all() else float('inf')
 
 
 def _tune(etas, run_one):

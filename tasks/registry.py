@@ -113,6 +113,9 @@ def limit_examples(task: Task, max_client_examples: Optional[int],
   every evaluation of a run uses the same test examples."""
   changes = {}
   if max_client_examples is not None:
+    if hasattr(task.train_data, 'client_arrays'):  # in-memory splits read the arrays
+      raise TaskError(f'max_client_examples is not supported by task {task.name!r} '
+                      '(its clients are split here: set their sizes with its own options)')
     changes['train_data'] = task.train_data.preprocess(
         lambda ds: ds.take(max_client_examples))
   if test_examples is not None and task.test_data is not None:

@@ -353,6 +353,8 @@ def test_client_cap_keeps_the_first_examples_and_test_set_is_fixed(tmp_path, mon
   assert capped.info['max_client_examples'] == 2 and capped.info['test_examples'] == 3
   with pytest.raises(base.TaskError, match='max_client_examples'):
     registry.get_task('stackoverflow_tag', registry.TaskOptions(max_client_examples=0))
+  with pytest.raises(base.TaskError, match='not supported by task'):
+    registry.get_task('digits', registry.TaskOptions(max_client_examples=5))
 
 
 def test_stackoverflow_logreg_mean_averages_the_loss_over_the_batch(tmp_path, monkeypatch):

@@ -31,6 +31,10 @@ flags.DEFINE_integer('num_clients', None, 'Clients to split a centralised datase
                      '(or to subsample from a federated one).')
 flags.DEFINE_float('dirichlet_alpha', 0.5, 'Label-skew concentration for split datasets.')
 flags.DEFINE_integer('client_batch_size', 20, 'Client minibatch size B.')
+flags.DEFINE_integer('max_client_examples', None, 'Each training client keeps only its first '
+                     'N examples (as stored; paper 000: 250 for StackOverflow).')
+flags.DEFINE_integer('test_examples', None, 'The test set is its first N examples, for every '
+                     'evaluation (paper 000: 10,000 for StackOverflow).')
 flags.DEFINE_enum('partition', 'iid', ['iid', 'sorted', 'dirichlet'],
                   'How a centralised dataset is split (logistic, cifar10_lenet): '
                   "'sorted' = label-sorted contiguous shards.")
@@ -73,8 +77,9 @@ flags.DEFINE_integer('decay_patience', 100, 'LocalUpdateDecay: patience P (round
 flags.DEFINE_integer('decay_window', 100, 'LocalUpdateDecay: moving-average window W.')
 flags.DEFINE_integer('decay_cooldown', 100, 'LocalUpdateDecay: cooldown C (also at start).')
 flags.DEFINE_bool('decay_reference_semantics', False,
-                  "LocalUpdateDecay: the reference code's rule (window starts at inf, "
-                  'example-weighted means) instead of the paper\'s.')
+                  "LocalUpdateDecay: the reference code's rule (Keras's best, moved only by "
+                  'improvements > Delta; window starts at inf; example-weighted means unless '
+                  "--uniform_weighting) instead of the paper's eq. 25 (running minimum).")
 # Nastya (paper 001).
 flags.DEFINE_bool('server_adaptive_lr', False, 'Nastya: adaptive server step of Malitsky '
                   '& Mishchenko (2020), starting from --server_learning_rate.')
@@ -136,7 +141,9 @@ def task_options() -> TaskOptions:
                      dirichlet_alpha=FLAGS.dirichlet_alpha, partition=FLAGS.partition,
                      libsvm_path=FLAGS.libsvm_path, l2_reg=FLAGS.l2_reg,
                      unbalanced_sigma=FLAGS.unbalanced_sigma,
-                     synthetic_heterogeneity=FLAGS.synthetic_heterogeneity)
+                     synthetic_heterogeneity=FLAGS.synthetic_heterogeneity,
+                     max_client_examples=FLAGS.max_client_examples,
+                     test_examples=FLAGS.test_examples)
 
 
 def hparams(grid: bool = False) -> registry.HParams:

@@ -14,14 +14,21 @@ B = 20 / 4 (Shakespeare) / 16 (StackOverflow)):
   fig8  fig5 plus LocalUpdateDecay (gamma, eta of Table 2)     (EMNIST, CIFAR-100, Shakespeare)
   fig9  fig7 plus LocalUpdateDecay with server Yogi            (StackOverflow)
 Every run records the clients' loss at x_t before training ("loss at current
-round", the paper's estimate of f(x)); a tuned eta is the one with the lowest
-mean of it over the last `--select_last_rounds` rounds (paper: 100). Writes one
-figure per task and a table; the LAST line is a JSON summary.
+round", the paper's estimate of f(x)) and ||q_t|| (Fig. 3); a tuned eta is the
+one with the lowest mean of the loss over the last `--select_last_rounds`
+rounds (paper: 100). Writes one figure per task and a table; the LAST line is a
+JSON summary whose keys name gamma as `gamma_key` does ('1e-1', '0'; 'decay'
+for LocalUpdateDecay):
+  tail_loss[task][g]    mean loss of the chosen run over the tuning window
+  log10_eta[task][g]    log10 of the chosen eta (App. D Tables 3-7, Table 2)
+  update_norm[task][g]  {'mean', 'std'} of ||q_t|| per block of
+                        `--norm_block_rounds` rounds (Fig. 3: 1000)
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 
 from absl import app
@@ -31,20 +38,14 @@ import numpy as np
 from experiments import common
 from experiments import report
 from experiments import runtime_flags
+from experiments.configs import paper002
 
 SGD_TASKS = ('emnist_character', 'cifar100_image', 'shakespeare_character')
 SO_TASKS = ('stackoverflow_tag', 'stackoverflow_word')
-SETUP = {  # model, clients per round M, batch B (paper 002 §8)
-    'emnist_character': ('cnn_dropout', 10, 20),
-    'cifar100_image': ('resnet18', 10, 20),
-    'shakespeare_character': ('lstm', 10, 4),
-    'stackoverflow_tag': ('logreg', 50, 16),
-    'stackoverflow_word': ('lstm', 50, 16),
-}
+SETUP = paper002.TASK_SETUP  # model, clients per round M, batch B
 # Table 2: log10 of (gamma, eta) for LocalUpdateDecay.
-TABLE2 = {'cifar100_image': (0, -1), 'emnist_character': (-1, -1),
-          'shakespeare_character': (0, 1.5), 'stackoverflow_word': (-1, -1.5),
-          'stackoverflow_tag': (2, 0)}
+TABLE2 = paper002.DECAY_LR
+gamma_key = paper002.gamma_key
 FIGURES = {
     'fig2': dict(tasks=SGD_TASKS, server='sgd', tune=False, decay=False),
     'fig5': dict(tasks=SGD_TASKS, server='sgd', tune=True, decay=False),
@@ -64,6 +65,14 @@ flags.DEFINE_float('fixed_eta', 0.01, 'eta of the untuned figures (paper: 0.01).
 flags.DEFINE_integer('rounds', 1500, 'Rounds per run.')
 flags.DEFINE_integer('select_last_rounds', 100, 'Tuning window (paper: 100 rounds).')
 flags.DEFINE_integer('decay_window', 100, 'LocalUpdateDecay W = P = C (paper: 100).')
+flags.DEFINE_bool('decay_reference_semantics', False,
+                  "LocalUpdateDecay: the authors' code (Keras's best, window starting at inf, "
+                  "example-weighted means) instead of the paper's eq. 25.")
+flags.DEFINE_enum('emnist_model', 'cnn', ['cnn', 'cnn_dropout'],
+                  "EMNIST model: McMahan et al.'s CNN as App. C describes (cnn) or TFF's "
+                  'baseline with dropout (cnn_dropout, Reddi et al.).')
+flags.DEFINE_integer('norm_block_rounds', 1000, '||q_t|| summarised per this many rounds '
+                     '(Fig. 3: 1000).')
 flags.DEFINE_string('cache_dir', None, 'TFF dataset cache directory.')
 flags.DEFINE_bool('use_synthetic_data', False, "TFF's synthetic data (pipeline check).")
 flags.DEFINE_integer('seed', 0, 'Seed of client sampling (same for every run).')
@@ -72,7 +81,15 @@ flags.DEFINE_bool('progress', True, 'Progress bars.')
 FLAGS = flags.FLAGS
 
 
+def block_stats(curve, block: int) -> dict:
+  """Mean and standard deviation of `curve` per consecutive `block` rounds."""
+  blocks = [curve[i:i + block] for i in range(0, len(curve), block)]
+  return dict(mean=[float(np.nanmean(b)) for b in blocks],
+              std=[float(np.nanstd(b)) for b in blocks])
+
+
 def _run(task, name, algorithm, clients, out_root):
+  """(pre-training loss, ||q_t||) per round of one run."""
   from tff_algos import training
   out = os.path.join(out_root, name)
   training.run_training(algorithm, task, training.RunConfig(
@@ -80,12 +97,25 @@ def _run(task, name, algorithm, clients, out_root):
       rounds_per_eval=0, rounds_per_checkpoint=max(1, min(50, FLAGS.rounds)),
       output_dir=out, progress=FLAGS.progress))
   rows = report.read_metrics(os.path.join(out, 'metrics.csv'))
-  return np.array([r.get('client_work/pre_training_loss', np.nan) for r in rows])
+  return (np.array([r.get('client_work/pre_training_loss', np.nan) for r in rows]),
+          np.array([r.get('aggregator/update_norm', np.nan) for r in rows]))
 
 
 def _tail(curve) -> float:
+  """Mean loss over the tuning window; inf for a run that diverged (a non-finite
+  loss in the window), so that tuning never picks it."""
   tail = curve[-FLAGS.select_last_rounds:]
-  return float(np.nanmean(tail)) if np.isfinite(tail).any() else float('inf')
+  return float(np.mean(tail)) if len(tail) and np.isfinite(tail).all() else float('inf')
+
+
+def _tune(etas, run_one):
+  """(eta, loss curve, norm curve) of the eta with the lowest tail loss."""
+  best = None
+  for eta in etas:
+    loss, norm = run_one(eta)
+    if best is None or _tail(loss) < _tail(best[1]):
+      best = (eta, loss, norm)
+  return best
 
 
 def main(argv):
@@ -112,51 +142,64 @@ def main(argv):
   def server(eta):
     return optimizers.OptimizerSpec(fig['server'], eta)
 
-  table, summary = [], {}
+  table = []
+  summary = dict(tail_loss={}, log10_eta={}, update_norm={})
   with runtime_flags.managed_context():
     for task_name in task_names:
       model, m, batch = SETUP[task_name]
+      if task_name == 'emnist_character':
+        model = FLAGS.emnist_model
       task = get_task(task_name, TaskOptions(
           batch_size=batch, cache_dir=FLAGS.cache_dir, model=model,
           use_synthetic_data=FLAGS.use_synthetic_data, seed=FLAGS.seed))
       clients = min(m, len(task.client_ids))
       out_root = os.path.join(FLAGS.root_output_dir, FLAGS.figure, task_name)
-      curves = {}
+      chosen = {}  # gamma key -> (gamma, eta, loss curve, norm curve)
+
+      def local_update_run(gamma, eta):
+        cfg = local_update.LocalUpdateConfig(
+            theta=(1.0,) * 10, client_learning_rate=gamma,
+            server_optimizer=server(eta), measure_pre_training_loss=True)
+        alg = local_update.build_local_update(task.model_fn, cfg)
+        return _run(task, f'lu_g{gamma:g}_e{eta:g}', alg, clients, out_root)
+
+      def decay_run(gamma, eta):
+        reference = FLAGS.decay_reference_semantics
+        cfg = local_update.LocalUpdateConfig(
+            theta=(1.0,) * 10, client_learning_rate=gamma, server_optimizer=server(eta),
+            example_weighted=reference)
+        w = FLAGS.decay_window
+        alg = local_update.build_local_update_decay(
+            task.model_fn, cfg, local_update.DecayConfig(
+                window=w, patience=w, cooldown=w,
+                semantics='reference' if reference else 'paper'))
+        return _run(task, f'lud_g{gamma:g}_e{eta:g}', alg, clients, out_root)
+
       for gamma in gammas:
-        best = None
-        for eta in etas:
-          cfg = local_update.LocalUpdateConfig(
-              theta=(1.0,) * 10, client_learning_rate=gamma,
-              server_optimizer=server(eta), measure_pre_training_loss=True)
-          alg = local_update.build_local_update(task.model_fn, cfg)
-          curve = _run(task, f'lu_g{gamma:g}_e{eta:g}', alg, clients, out_root)
-          if best is None or _tail(curve) < _tail(best[1]):
-            best = (eta, curve)
-        curves[f'gamma={gamma:g}'] = best[1]
-        table.append([task_name, 'LocalUpdate', gamma, best[0], _tail(best[1])])
+        eta, loss, norm = _tune(etas, lambda e, g=gamma: local_update_run(g, e))
+        chosen[gamma_key(gamma)] = (gamma, eta, loss, norm)
       if fig['decay']:
-        log_g, log_e = TABLE2[task_name]
-        best = None
-        for eta in etas:
-          cfg = local_update.LocalUpdateConfig(
-              theta=(1.0,) * 10, client_learning_rate=10.0 ** log_g,
-              server_optimizer=server(eta))
-          w = FLAGS.decay_window
-          alg = local_update.build_local_update_decay(
-              task.model_fn, cfg, local_update.DecayConfig(window=w, patience=w, cooldown=w))
-          curve = _run(task, f'lud_g{10.0 ** log_g:g}_e{eta:g}', alg, clients, out_root)
-          if best is None or _tail(curve) < _tail(best[1]):
-            best = (eta, curve)
-        curves['LocalUpdateDecay'] = best[1]
-        table.append([task_name, 'LocalUpdateDecay', 10.0 ** log_g, best[0], _tail(best[1])])
-      summary[task_name] = {k: _tail(v) for k, v in curves.items()}
-      _plot(task_name, curves, os.path.join(FLAGS.root_output_dir, FLAGS.figure,
-                                            f'{task_name}.png'))
+        gamma = 10.0 ** TABLE2[task_name][0]
+        eta, loss, norm = _tune(etas, lambda e: decay_run(gamma, e))
+        chosen['decay'] = (gamma, eta, loss, norm)
+      for key, (gamma, eta, loss, norm) in chosen.items():
+        method = 'LocalUpdateDecay' if key == 'decay' else 'LocalUpdate'
+        table.append([task_name, method, gamma, eta, _tail(loss)])
+      summary['tail_loss'][task_name] = {k: _tail(v[2]) for k, v in chosen.items()}
+      summary['log10_eta'][task_name] = {k: round(math.log10(v[1]), 6)
+                                         for k, v in chosen.items()}
+      summary['update_norm'][task_name] = {
+          k: block_stats(v[3], FLAGS.norm_block_rounds) for k, v in chosen.items()}
+      _plot(task_name, {k: v[2] for k, v in chosen.items()},
+            os.path.join(FLAGS.root_output_dir, FLAGS.figure, f'{task_name}.png'))
 
   print(report.format_table(['task', 'method', 'gamma', 'eta', 'loss_tail'], table,
                             floatfmt='.4g'))
   print(json.dumps(dict(figure=FLAGS.figure, rounds=FLAGS.rounds,
-                        synthetic=FLAGS.use_synthetic_data, tail_loss=summary)))
+                        synthetic=FLAGS.use_synthetic_data,
+                        emnist_model=FLAGS.emnist_model,
+                        decay_semantics=('reference' if FLAGS.decay_reference_semantics
+                                         else 'paper'), **summary)))
   return 0
 
 
@@ -166,8 +209,9 @@ def _plot(task_name, curves, path):
   import matplotlib.pyplot as plt
   fig, ax = plt.subplots(figsize=(6, 4))
   for label, curve in curves.items():
-    ax.plot(np.arange(1, len(curve) + 1), curve, label=label,
-            lw=2 if label == 'LocalUpdateDecay' else 1)
+    ax.plot(np.arange(1, len(curve) + 1), curve,
+            label='LocalUpdateDecay' if label == 'decay' else f'gamma={label}',
+            lw=2 if label == 'decay' else 1)
   ax.set_yscale('log')
   ax.set_xlabel('round')
   ax.set_ylabel('loss at x_t (sampled clients, before training)')

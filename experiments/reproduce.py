@@ -54,7 +54,8 @@ FLAGS = flags.FLAGS
 # the experiment's smoke task and its own flags replace them).
 TASK_FLAGS = ('task', 'model', 'cache_dir', 'use_synthetic_data', 'num_clients',
               'dirichlet_alpha', 'partition', 'libsvm_path', 'l2_reg', 'unbalanced_sigma',
-              'synthetic_heterogeneity', 'max_eval_examples')
+              'synthetic_heterogeneity', 'max_eval_examples', 'max_client_examples',
+              'test_examples')
 # Trainer flags a config may not set (the runner owns them).
 RUNNER_FLAGS = ('root_output_dir', 'experiment_name', 'total_rounds', 'clients_per_round',
                 'seed', 'rounds_per_eval', 'progress')
@@ -215,6 +216,17 @@ def _cumulative(rows, column, upto_round):
   return float(sum(r.get(column, 0.0) or 0.0 for r in rows if r['round'] <= upto_round))
 
 
+def _min_moving_average(values: Sequence[float], window: int) -> Optional[float]:
+  """Lowest mean of `window` consecutive values (all of them if fewer)."""
+  if not values:
+    return None
+  window = min(window, len(values))
+  sums = [sum(values[:window])]
+  for i in range(window, len(values)):
+    sums.append(sums[-1] + values[i] - values[i - window])
+  return min(sums) / window
+
+
 def run_metric(rows: Sequence[dict], summary: dict, metric: str) -> Optional[float]:
   """One measured quantity (see experiments/configs/base.py) from a run's rows."""
   acc = accuracy_key(rows)
@@ -235,6 +247,14 @@ def run_metric(rows: Sequence[dict], summary: dict, metric: str) -> Optional[flo
     key = _loss_key(rows, 'eval/' if metric == 'final_loss' else 'client_work/train/')
     evals = _evals(rows, key) if key else []
     return evals[-1][1] if evals else None
+  m = re.fullmatch(r'min_train_loss_smooth(\d+)', metric)
+  if m:  # paper 000's "Min Train Error": lowest N-round moving average of the train loss
+    key = _loss_key(rows, 'client_work/train/')
+    return _min_moving_average([v for _, v in _evals(rows, key)] if key else [],
+                               int(m.group(1)))
+  if metric == 'fraction_sgd_steps':  # sum_t K_t / (rounds * K_0), paper 000's Table 1
+    steps = [v for _, v in _evals(rows, 'client_work/local_steps')]
+    return sum(steps) / (len(steps) * steps[0]) if steps and steps[0] > 0 else None
   m = re.fullmatch(r'(rounds|models|upload_gb|flops)_to([0-9.]+)', metric)
   if m:
     kind, target = m.group(1), float(m.group(2))

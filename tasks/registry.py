@@ -28,6 +28,8 @@ class TaskOptions:
   l2_reg: Optional[float] = None     # lambda of l2-regularised tasks (None = task default)
   unbalanced_sigma: float = 0.0      # lognormal client sizes (paper 003; 0 = balanced)
   synthetic_heterogeneity: str = 'homogeneous'  # synthetic_logistic: type1|type2|type3
+  max_client_examples: Optional[int] = None  # each client keeps its first N examples
+  test_examples: Optional[int] = None  # the test set is its first N examples (fixed)
 
 
 Builder = Callable[[TaskOptions], Task]
@@ -89,10 +91,38 @@ def check_options(name: str, options: TaskOptions) -> TaskSpec:
     raise TaskError(f'num_clients must be >= 1, got {options.num_clients}')
   if options.unbalanced_sigma < 0:
     raise TaskError(f'unbalanced_sigma must be >= 0, got {options.unbalanced_sigma}')
+  for field in ('max_client_examples', 'test_examples'):
+    value = getattr(options, field)
+    if value is not None and value < 1:
+      raise TaskError(f'{field} must be >= 1, got {value}')
   return spec
 
 
 def get_task(name: str, options: Optional[TaskOptions] = None) -> Task:
   options = options or TaskOptions()
   spec = check_options(name, options)
-  return spec.builder(options)
+  return limit_examples(spec.builder(options), options.max_client_examples,
+                        options.test_examples)
+
+
+def limit_examples(task: Task, max_client_examples: Optional[int],
+                   test_examples: Optional[int]) -> Task:
+  """`task` with each client's training data cut to its first
+  `max_client_examples` examples (as stored, before any shuffling: a fixed
+  subset) and the test set cut to its first `test_examples` examples, so that
+  every evaluation of a run uses the same test examples."""
+  changes = {}
+  if max_client_examples is not None:
+    if hasattr(task.train_data, 'client_arrays'):  # in-memory splits read the arrays
+      raise TaskError(f'max_client_examples is not supported by task {task.name!r} '
+                      '(its clients are split here: set their sizes with its own options)')
+    changes['train_data'] = task.train_data.preprocess(
+        lambda ds: ds.take(max_client_examples))
+  if test_examples is not None and task.test_data is not None:
+    batch = task.info.get('eval_batch_size', 100)
+    changes['test_data'] = task.test_data.unbatch().take(test_examples).batch(batch)
+  if not changes:
+    return task
+  info = dict(task.info, max_client_examples=max_client_examples,
+              test_examples=test_examples)
+  return dataclasses.replace(task, info=info, **changes)

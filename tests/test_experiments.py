@@ -43,7 +43,12 @@ def test_local_update_decay_figure_pipeline(tmp_path):
                      '--gammas=1,0.1', '--etas=0.1,1', '--select_last_rounds=2',
                      '--decay_window=1', f'--root_output_dir={tmp_path}')
   curves = js['tail_loss']['emnist_character']
-  assert set(curves) == {'gamma=1', 'gamma=0.1', 'LocalUpdateDecay'}
+  assert set(curves) == {'1e0', '1e-1', 'decay'}
+  assert js['emnist_model'] == 'cnn' and js['decay_semantics'] == 'paper'
+  etas = js['log10_eta']['emnist_character']
+  assert set(etas) == set(curves) and all(e in (-1.0, 0.0) for e in etas.values())
+  norms = js['update_norm']['emnist_character']['1e-1']
+  assert len(norms['mean']) == 1 and norms['mean'][0] > 0 and norms['std'][0] >= 0
   assert os.path.exists(tmp_path / 'fig8' / 'emnist_character.png')
 
 

@@ -65,6 +65,32 @@ def test_client_output_is_Q_A_x_minus_c(quad, theta, gamma):
   assert out.metrics['client_work']['client_steps'] == 3 * len(theta)
 
 
+def test_update_norm_is_the_norm_of_q_before_eta(quad):
+  # Paper 002, Fig. 3: ||q_t||, the averaged client output (x_{t+1} = x_t - eta q_t).
+  a, c, x0, task = quad
+  alg = local_update.build_local_update(task.model_fn, local_update.LocalUpdateConfig(
+      theta=(1.0, 1.0, 1.0), client_learning_rate=0.1,
+      server_optimizer=optimizers.OptimizerSpec('sgd', 0.25)))
+  state = alg.process.initialize()
+  out = alg.process.next(state, [task.client_dataset(cid) for cid in task.client_ids])
+  q = _q_theory(a, c, x0, (1, 1, 1), 0.1)
+  assert out.metrics['aggregator']['update_norm'] == pytest.approx(np.linalg.norm(q), rel=1e-4)
+  step = x0 - np.asarray(out.state.global_model_weights.trainable[0], np.float64)
+  np.testing.assert_allclose(step, 0.25 * q, rtol=1e-4, atol=1e-6)
+
+
+def test_reference_semantics_flag_weights_by_examples_unless_uniform():
+  from tff_algos.hparams import HParams
+  ref = HParams(decay_reference_semantics=True)
+  assert local_update._config(ref).example_weighted
+  assert local_update._decay(ref).semantics == 'reference'
+  assert not local_update._config(HParams(decay_reference_semantics=True,
+                                          uniform_weighting=True)).example_weighted
+  paper = HParams()
+  assert not local_update._config(paper).example_weighted
+  assert local_update._decay(paper).semantics == 'paper'
+
+
 def test_gamma_zero_gives_the_true_gradient(quad):
   a, c, x0, task = quad
   grad = np.mean([ai @ (x0 - ci) for ai, ci in zip(a, c)], axis=0)
@@ -132,7 +158,7 @@ def _run_plateau(cfg, values):
 
 def test_plateau_window_3_patience_1_cooldown_0():
   cfg = plateau.PlateauConfig(initial_lr=1.0, decay_factor=0.5, window_size=3,
-                              patience=1, cooldown=0, window_fill='reference')
+                              patience=1, cooldown=0, semantics='reference')
   t = _run_plateau(cfg, [3.0, 3.0, 6.0])
   assert [float(s['lr']) for s in t] == [0.5, 0.25, 0.25]
   assert np.isinf(t[0]['best']) and np.isinf(t[1]['best'])
@@ -141,7 +167,7 @@ def test_plateau_window_3_patience_1_cooldown_0():
 
 def test_plateau_maximise_mode_waits_then_decays():
   cfg = plateau.PlateauConfig(initial_lr=1.0, decay_factor=0.5, window_size=3,
-                              patience=5, cooldown=0, mode='max', window_fill='reference')
+                              patience=5, cooldown=0, mode='max', semantics='reference')
   t = _run_plateau(cfg, [-1.0] * 5)
   assert [int(s['wait']) for s in t[:4]] == [1, 2, 3, 4]
   assert [float(s['lr']) for s in t] == [1.0, 1.0, 1.0, 1.0, 0.5]
@@ -151,7 +177,7 @@ def test_plateau_maximise_mode_waits_then_decays():
 def test_plateau_cooldown_counts_down_then_decays_and_resets():
   # Window 5: the average stays +inf over these inputs, so nothing "improves".
   cfg = plateau.PlateauConfig(initial_lr=1.0, decay_factor=0.5, window_size=5,
-                              patience=0, cooldown=3, window_fill='reference')
+                              patience=0, cooldown=3, semantics='reference')
   t = _run_plateau(cfg, [1.0, 1.0, 1.0])
   assert [int(s['cooldown_counter']) for s in t] == [2, 1, 3]
   assert [float(s['lr']) for s in t] == [1.0, 1.0, 0.5]
@@ -159,9 +185,65 @@ def test_plateau_cooldown_counts_down_then_decays_and_resets():
 
 def test_partial_window_averages_what_it_has():
   cfg = plateau.PlateauConfig(initial_lr=1.0, window_size=3, patience=10, cooldown=0,
-                              window_fill='partial')
+                              semantics='paper')
   t = _run_plateau(cfg, [4.0, 2.0, 6.0, 10.0])
   assert [float(s['best']) for s in t] == [4.0, 3.0, 3.0, 3.0]  # 4, 3, 4, 6
+
+
+def _decay_rounds(cfg, values):
+  lrs = [float(s['lr']) for s in _run_plateau(cfg, values)]
+  return [t for t in range(len(lrs)) if lrs[t] < (lrs[t - 1] if t else cfg.initial_lr)]
+
+
+PAPER_002 = dict(initial_lr=1.0, decay_factor=0.1, min_delta=1e-4, window_size=100,
+                 patience=100, cooldown=100)
+SLOW_FALL = [2.0 - 5e-5 * t for t in range(1000)]  # between Delta/P and Delta per round
+
+
+def test_paper_rule_decays_on_a_slow_steady_fall():
+  # Eq. 25: every round is within Delta of the running minimum, so the counter
+  # only grows; 99 rounds of cooldown, then P = 100 rounds, then 199 per decay.
+  cfg = plateau.PlateauConfig(**PAPER_002)
+  assert cfg.semantics == 'paper'
+  assert _decay_rounds(cfg, SLOW_FALL) == [198, 397, 596, 795, 994]
+
+
+def test_reference_rule_never_decays_on_the_same_fall():
+  # Keras's best moves every 2-4 rounds (a window fall of > Delta), resetting the counter.
+  cfg = plateau.PlateauConfig(**PAPER_002, semantics='reference')
+  assert _decay_rounds(cfg, SLOW_FALL) == []
+
+
+def test_both_rules_decay_on_a_flat_loss_and_neither_on_a_fast_fall():
+  flat = [1.0] * 500
+  fast = [2.0 - 4e-4 * t for t in range(500)]  # the window falls by >= 2 Delta
+  for semantics in plateau.SEMANTICS:
+    cfg = plateau.PlateauConfig(**PAPER_002, semantics=semantics)
+    assert _decay_rounds(cfg, fast) == []
+    # Paper: the partial window is full of 1.0 at once; reference: finite from round 99.
+    assert _decay_rounds(cfg, flat) == ([198, 397] if semantics == 'paper' else [199, 398])
+
+
+def test_paper_running_minimum_counts_from_the_lowest_value_not_the_last_improvement():
+  # W = 1, P = 2, Delta = 1, every step falls by < Delta. Paper: the minimum follows
+  # the loss, so no round is Delta below it and a decay comes every P rounds.
+  # Reference: best stays 10 until 8.6 <= 10 - 1 resets the counter.
+  values = [10.0, 9.5, 9.0, 8.6, 8.3, 8.0]
+  common = dict(initial_lr=1.0, decay_factor=0.5, min_delta=1.0, window_size=1,
+                patience=2, cooldown=0)
+  paper = _run_plateau(plateau.PlateauConfig(**common), values)
+  ref = _run_plateau(plateau.PlateauConfig(**common, semantics='reference'), values)
+  assert [float(s['best']) for s in paper] == pytest.approx([10, 9.5, 9.0, 8.6, 8.3, 8.0])
+  assert [int(s['wait']) for s in paper] == [0, 1, 0, 1, 0, 1]
+  assert [float(s['best']) for s in ref] == pytest.approx([10, 10, 10, 8.6, 8.6, 8.6])
+  assert [int(s['wait']) for s in ref] == [0, 1, 0, 0, 1, 0]
+  assert [float(s['lr']) for s in paper] == [1.0, 1.0, 0.5, 0.5, 0.25, 0.25]
+  assert [float(s['lr']) for s in ref] == [1.0, 1.0, 0.5, 0.5, 0.5, 0.25]
+
+
+def test_unknown_semantics_rejected():
+  with pytest.raises(ValueError, match='semantics'):
+    plateau.PlateauConfig(initial_lr=1.0, semantics='keras')
 
 
 # --- LocalUpdateDecay in TFF ---------------------------------------------------

@@ -227,3 +227,107 @@ def test_every_experiment_runs_at_smoke_scale(name, tmp_path):
         'rounds', 'models', 'upload_gb', 'flops'):
       # Anything but "cost to reach a target" must be measurable in a smoke run.
       assert value is not None and np.isfinite(value), (name, key)
+
+
+# --- paper 000 (decaying K): Table 1 as the paper's setting -------------------
+
+def test_paper000_stackoverflow_is_app_b_setting():
+  from experiments.configs import paper000
+  exp = paper000.STACKOVERFLOW
+  for plan in reproduce.trainer_plans(exp, 'full'):
+    f = plan.flags
+    assert (f['max_client_examples'], f['test_examples'], f['num_clients']) == (250, 10000, 1000)
+    assert f['model'] == 'logreg_mean'  # Keras's mean loss, paper 000's units
+    # One test set for periodic and final evaluations: no smaller periodic sample.
+    assert 'max_eval_examples' not in f
+    cmd = plan.command('out')
+    assert '--max_client_examples=250' in cmd and '--test_examples=10000' in cmd
+  for plan in reproduce.trainer_plans(exp, 'smoke'):
+    assert 'max_client_examples' not in plan.flags and 'test_examples' not in plan.flags
+
+
+def test_paper000_table1_every_row_is_compared():
+  from experiments.configs import paper000
+  so, femnist, shakespeare = ({p.key: p.value for p in e.published}
+                              for e in paper000.EXPERIMENTS[1:])
+  assert so['decay_gamma_K10/min_train_loss_smooth200'] == 0.02
+  assert so['decay_K_K100/max_accuracy'] == 0.42
+  assert femnist['decay_K_K33/min_train_loss_smooth200'] == 0.14
+  assert femnist['decay_K_K33/fraction_sgd_steps'] == 0.26
+  assert shakespeare['decay_K_K100/min_train_loss_smooth200'] == 0.84
+  for keys in (so, femnist, shakespeare):
+    # 3 K x (decaying gamma, decaying K) x (max acc, min train error) + 3 step fractions.
+    assert len(keys) == 15
+    assert len([k for k in keys if k.endswith('/fraction_sgd_steps')]) == 3
+
+
+def test_paper000_step_fractions_follow_from_table5():
+  from experiments.configs import paper000
+  for exp in paper000.ALL_EXPERIMENTS[1:]:
+    runs = {r.label: r.flags for r in exp.runner.runs}
+    for pub in exp.published:
+      label, _, metric = pub.key.partition('/')
+      if metric != 'fraction_sgd_steps':
+        continue
+      k0, d = runs[label]['local_steps'], runs[label]['local_steps_decay']
+      ours = paper000._client_steps(k0, d) / (paper000.ROUNDS * k0)
+      assert ours == pytest.approx(pub.value, abs=0.005), (exp.name, label)
+
+
+def test_paper000_metrics_min_smoothed_train_loss_and_step_fraction():
+  loss = [5.0, 4.0, 1.0, 3.0, 2.0, 2.0]
+  steps = [10, 9, 8, 7, 6, 5]
+  rows = [{'round': i + 1, 'client_work/train/loss': l, 'client_work/local_steps': k}
+          for i, (l, k) in enumerate(zip(loss, steps))]
+  m = lambda name: reproduce.run_metric(rows, {}, name)
+  assert m('min_train_loss_smooth2') == pytest.approx(2.0)   # (3 + 1) / 2 vs (2 + 2) / 2
+  assert m('min_train_loss_smooth3') == pytest.approx(2.0)   # (1 + 3 + 2) / 3
+  assert m('min_train_loss_smooth200') == pytest.approx(17 / 6)  # fewer rounds: all
+  assert m('fraction_sgd_steps') == pytest.approx(45 / 60)
+  assert reproduce.run_metric([{'round': 1}], {}, 'fraction_sgd_steps') is None
+
+
+# --- paper 002 (LocalUpdate): App. C models, App. D tables compared ---------------
+
+def test_paper002_emnist_model_is_mcmahan_cnn():
+  import tensorflow as tf
+  from experiments.configs import paper002
+  from tasks import models
+  model_id = paper002.TASK_SETUP['emnist_character'][0]
+  assert model_id == 'cnn'
+  keras = models.emnist_tff_model(model_id)
+  convs = [l for l in keras.layers if isinstance(l, tf.keras.layers.Conv2D)]
+  dense = [l for l in keras.layers if isinstance(l, tf.keras.layers.Dense)]
+  assert [(c.kernel_size, c.filters) for c in convs] == [((5, 5), 32), ((5, 5), 64)]
+  assert sum(isinstance(l, tf.keras.layers.MaxPooling2D) for l in keras.layers) == 2
+  assert [d.units for d in dense] == [512, 62]
+  assert not any(isinstance(l, tf.keras.layers.Dropout) for l in keras.layers)
+
+
+def test_paper002_tuned_etas_of_app_d_and_table2_are_compared():
+  from experiments import configs
+  from experiments.configs import paper002
+  exps = configs.all_experiments()
+  tables = {'local_update_fig8_emnist': ('emnist_character', 'Table 4'),
+            'local_update_fig8_cifar100': ('cifar100_image', 'Table 3'),
+            'local_update_fig8_shakespeare': ('shakespeare_character', 'Table 5'),
+            'local_update_fig9_so_nwp': ('stackoverflow_word', 'Table 6'),
+            'local_update_fig9_so_tp': ('stackoverflow_tag', 'Table 7')}
+  for name, (task, table) in tables.items():
+    pubs = {p.key: p for p in exps[name].published}
+    assert exps[name].runner.flags['tasks'] == task
+    assert len(pubs) == len(paper002.TUNED_ETA[task]) + 1
+    assert pubs[f'log10_eta.{task}.decay'].value == paper002.DECAY_LR[task][1]
+    assert pubs[f'log10_eta.{task}.decay'].ref == 'Table 2'
+    assert all(p.ref.endswith(table) for k, p in pubs.items() if not k.endswith('decay'))
+    # The smoke run tunes every gamma of the table, so every key is measured.
+    smoke_gammas = exps[name].runner.smoke_flags['gammas'].split(',')
+    assert {f'log10_eta.{task}.{paper002.gamma_key(float(g))}' for g in smoke_gammas} | {
+        f'log10_eta.{task}.decay'} == set(pubs)
+  emnist = {p.key: p.value for p in exps['local_update_fig8_emnist'].published}
+  assert emnist['log10_eta.emnist_character.1e-1'] == -2           # Table 4, gamma = 0.1
+  assert emnist['log10_eta.emnist_character.0'] == -1.5
+  assert reproduce.lookup({'log10_eta': {'emnist_character': {'1e-1': -2.0}}},
+                          'log10_eta.emnist_character.1e-1') == -2.0
+  assert [paper002.gamma_key(g) for g in (0, 1e-3, 0.1, 1, 100, 0.5)] == [
+      '0', '1e-3', '1e-1', '1e0', '1e2', '0p5']

@@ -16,6 +16,33 @@ def test_local_steps_formula_and_floor():
   assert schedules.LocalSteps(33)(500) == 33
 
 
+# K_0 d^t equal to an integer in exact arithmetic but a few ulps above it in float64.
+EXACT_POINTS = [(100, 0.8, 2, 64), (100, 0.1, 2, 1), (100, 0.9, 2, 81), (10, 0.7, 2, 5),
+                (1000, 0.9, 3, 729), (1000, 0.3, 3, 27), (100, 0.6, 2, 36)]
+
+
+@pytest.mark.parametrize('k0,d,t,want', EXACT_POINTS)
+def test_local_steps_at_exact_integers_host_and_graph(k0, d, t, want):
+  k = schedules.LocalSteps(k0, d)
+  assert k(t) == want
+  assert int(k(tf.constant(t))) == want
+  assert int(tf.function(k)(tf.constant(t, tf.int64))) == want
+
+
+def test_local_steps_still_rounds_up_just_above_an_integer():
+  # 64 * (1 + 1e-7) is genuinely above 64: 65 steps, in both paths.
+  assert schedules.tolerant_ceil(64 * (1 + 1e-7)) == 65
+  assert float(schedules.tolerant_ceil(tf.constant(64 * (1 + 1e-7), tf.float64))) == 65
+  assert schedules.tolerant_ceil(64.00000000000001) == 64
+  assert float(schedules.tolerant_ceil(tf.constant(64.00000000000001, tf.float64))) == 64
+
+
+def test_local_steps_total_uses_the_same_ceiling():
+  k = schedules.LocalSteps(100, 0.8)
+  assert k.total(3) == 100 + 80 + 64
+  assert k.total(30) == sum(k(t) for t in range(30))
+
+
 def test_paper000_decay_k_total_is_4586_steps():
   k = schedules.LocalSteps(10, 0.995)
   assert k.total(3000) == 4586
@@ -25,7 +52,8 @@ def test_paper000_decay_k_total_is_4586_steps():
   assert saving == pytest.approx(0.8471, abs=1e-4)  # the paper's "84% fewer"
 
 
-@pytest.mark.parametrize('k0,d', [(10, 0.995), (33, 0.999), (100, 0.9996), (7, 0.5)])
+@pytest.mark.parametrize('k0,d', [(10, 0.995), (33, 0.999), (100, 0.9996), (7, 0.5),
+                                  (100, 0.8), (1000, 0.9), (100, 0.1)])
 def test_graph_and_host_agree_on_every_round(k0, d):
   k = schedules.LocalSteps(k0, d)
   t = tf.range(0, 6000)

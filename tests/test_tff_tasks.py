@@ -29,7 +29,7 @@ from tasks import tff_data
 _EXPECTED_MODELS = {
     'emnist_character': ('cnn_dropout', 'cnn', '2nn', 'femnist_cnn'),
     'shakespeare_character': ('lstm', 'gru', 'gru128'),
-    'stackoverflow_tag': ('logreg',),
+    'stackoverflow_tag': ('logreg', 'logreg_mean'),
     'stackoverflow_word': ('lstm',),
     'cifar100_image': ('resnet18', 'cnn004'),
 }
@@ -319,6 +319,58 @@ def test_stackoverflow_sqlite_end_to_end(tmp_path, monkeypatch):
   _, out = _forward(word_task, batch)
   assert tuple(out.predictions.shape[1:]) == (
       20, word_task.info['extended_vocab_size'])
+
+
+def _stackoverflow_with_counts(tmp_path, monkeypatch):
+  monkeypatch.setenv('HOME', str(tmp_path / 'home'))
+  _write_stackoverflow(tmp_path)
+  words = ['how', 'do', 'i', 'sort', 'a', 'list', 'in', 'python']
+  (tmp_path / 'stackoverflow.word_count').write_text(
+      ''.join(f'{w} {100 - i}\n' for i, w in enumerate(words)))
+  (tmp_path / 'stackoverflow.tag_count').write_text(json.dumps(
+      {'python': 5, 'list': 3, 'java': 7, 'sorting': 1, 'arrays': 2, 'c++': 4}))
+
+
+def test_client_cap_keeps_the_first_examples_and_test_set_is_fixed(tmp_path, monkeypatch):
+  # Paper 000, App. B: at most 250 samples per client, a fixed 10,000-sample test set.
+  _stackoverflow_with_counts(tmp_path, monkeypatch)
+  full = registry.get_task('stackoverflow_tag', registry.TaskOptions(
+      cache_dir=str(tmp_path), batch_size=1))
+  capped = registry.get_task('stackoverflow_tag', registry.TaskOptions(
+      cache_dir=str(tmp_path), batch_size=1, max_client_examples=2, test_examples=3))
+  assert _num_examples(capped.client_dataset('u2', shuffle_seed=0)) == 2
+  assert _num_examples(capped.client_dataset('u1')) == 2
+  first_two = [x.numpy() for x, _ in full.client_dataset('u2')][:2]
+  for seed in (0, 1, 2):  # the same two examples whatever the round's shuffle
+    got = sorted(x.numpy().tobytes() for x, _ in capped.client_dataset('u2', shuffle_seed=seed))
+    assert got == sorted(x.tobytes() for x in first_two)
+  assert _num_examples(capped.test_data) == 3
+  first = [b[0].numpy() for b in capped.test_data]
+  again = [b[0].numpy() for b in capped.test_data]
+  np.testing.assert_array_equal(np.concatenate(first), np.concatenate(again))
+  np.testing.assert_array_equal(np.concatenate(first),
+                                np.concatenate([b[0].numpy() for b in full.test_data])[:3])
+  assert capped.info['max_client_examples'] == 2 and capped.info['test_examples'] == 3
+  with pytest.raises(base.TaskError, match='max_client_examples'):
+    registry.get_task('stackoverflow_tag', registry.TaskOptions(max_client_examples=0))
+  with pytest.raises(base.TaskError, match='not supported by task'):
+    registry.get_task('digits', registry.TaskOptions(max_client_examples=5))
+
+
+def test_stackoverflow_logreg_mean_averages_the_loss_over_the_batch(tmp_path, monkeypatch):
+  _stackoverflow_with_counts(tmp_path, monkeypatch)
+  summed = _build('stackoverflow_tag', cache_dir=str(tmp_path), batch_size=4)
+  mean = _build('stackoverflow_tag', cache_dir=str(tmp_path), batch_size=4,
+                model='logreg_mean')
+  batch = next(iter(summed.client_dataset('u2')))
+  m_sum, m_mean = summed.model_fn(), mean.model_fn()
+  for v_mean, v_sum in zip(m_mean.trainable_variables, m_sum.trainable_variables):
+    v_mean.assign(v_sum)
+  loss_sum = float(m_sum.forward_pass(batch, training=False).loss)
+  loss_mean = float(m_mean.forward_pass(batch, training=False).loss)
+  assert loss_mean == pytest.approx(loss_sum / 4, rel=1e-5)
+  assert mean.info['model'] == 'logreg_mean'
+  assert 'recall_at_5' in m_mean.report_local_unfinalized_metrics()
 
 
 def test_stackoverflow_missing_counts(tmp_path, monkeypatch):

@@ -12,13 +12,19 @@ Theta_{2K+1} = e_{2K+1} K-MAML (quadratic case); Theta_1 = (1) minibatch SGD.
 
 LocalUpdateDecay (Alg. 3-4): each sampled client first measures l_i, its loss
 at x_t on its whole local dataset; the server averages them (l_t) and feeds a
-ReduceLROnPlateau (`core.plateau`) per learning rate: after P rounds without
-the W-round moving average improving by more than Delta, gamma <- alpha gamma
-and eta <- beta eta, then C rounds of cooldown (also at the start). Paper
-defaults: Delta = 1e-4, alpha = 0.1, beta = 0.9, P = W = C = 100.
-`reference_semantics=True` follows the authors' code (window starts at +inf,
-example-weighted mean of l_i and of q_i); the default follows the paper
-(moving average over the rounds seen so far, unweighted means).
+ReduceLROnPlateau (`core.plateau`) per learning rate: after P consecutive
+rounds in which the W-round moving average l^_t exceeds min_{j<t} l^_j - Delta
+(§9.1, eq. 25), gamma <- alpha gamma and eta <- beta eta, then C rounds of
+cooldown (also at the start). Paper defaults: Delta = 1e-4, alpha = 0.1,
+beta = 0.9, P = W = C = 100. `DecayConfig.semantics='reference'` follows the
+authors' code instead (Keras's `best`, which moves only on improvements larger
+than Delta; window starting at +inf); the trainer's
+`--decay_reference_semantics` also switches the means of l_i and q_i to the
+code's example weighting (`LocalUpdateConfig.example_weighted`), which
+`--uniform_weighting` turns back off.
+
+Both report the norm ||q_t|| of the averaged client output, the update the
+server applies before eta (paper 002, Fig. 3), as `aggregator/update_norm`.
 
 The plateau states live in the client work's server state and the server
 optimiser's learning rate is set from them each round through TFF's
@@ -100,13 +106,13 @@ class DecayConfig:
   patience: int = 100              # P
   window: int = 100                # W
   cooldown: int = 100              # C
-  reference_semantics: bool = False
+  semantics: str = 'paper'         # plateau.SEMANTICS: eq. 25, or the authors' code
 
   def plateau(self, lr: float, factor: float) -> plateau.PlateauConfig:
     return plateau.PlateauConfig(
         initial_lr=lr, decay_factor=factor, min_delta=self.min_delta,
         window_size=self.window, patience=self.patience, cooldown=self.cooldown,
-        window_fill='reference' if self.reference_semantics else 'partial')
+        semantics=self.semantics)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -152,6 +158,19 @@ def _client_work(model_fn, config: LocalUpdateConfig, schedule):
                         tff.learning.ClientWeighting.UNIFORM))
 
 
+def _update_norm(mean_update):
+  """||q_t||: the global l2 norm of the aggregated update (at the server)."""
+  @tff.tensorflow.computation(mean_update.type_signature.member)
+  def norm(update):
+    return collections.OrderedDict(update_norm=tf.linalg.global_norm(tf.nest.flatten(update)))
+  return tff.federated_map(norm, mean_update)
+
+
+def _aggregator():
+  return tff.aggregators.add_measurements(tff.aggregators.MeanFactory(),
+                                          server_measurement_fn=_update_norm)
+
+
 def build_local_update(model_fn, config: LocalUpdateConfig,
                        name: str = 'local_update') -> FederatedAlgorithm:
   schedule = client_work_lib.ClientSchedule(
@@ -159,7 +178,7 @@ def build_local_update(model_fn, config: LocalUpdateConfig,
       local_steps=schedules.LocalSteps(len(config.theta)),
       needs_pre_training_loss=config.measure_pre_training_loss)
   return fedopt.compose(name, model_fn, _client_work(model_fn, config, schedule),
-                        config.server_optimizer.build())
+                        config.server_optimizer.build(), _aggregator())
 
 
 def build_local_update_decay(model_fn, config: LocalUpdateConfig,
@@ -169,10 +188,8 @@ def build_local_update_decay(model_fn, config: LocalUpdateConfig,
       client=decay.plateau(config.client_learning_rate, decay.client_decay),
       server=decay.plateau(config.server_optimizer.learning_rate, decay.server_decay),
       num_steps=len(config.theta))
-  if decay.reference_semantics and not config.example_weighted:
-    config = dataclasses.replace(config, example_weighted=True)
   return fedopt.compose(name, model_fn, _client_work(model_fn, config, schedule),
-                        config.server_optimizer.build())
+                        config.server_optimizer.build(), _aggregator())
 
 
 # Trainer integration: flag values (HParams) -> configs, in one place.
@@ -203,7 +220,7 @@ def _decay(hp: HParams) -> DecayConfig:
   return DecayConfig(min_delta=hp.decay_min_delta, client_decay=hp.client_lr_decay_factor,
                      server_decay=hp.server_lr_decay_factor, patience=hp.decay_patience,
                      window=hp.decay_window, cooldown=hp.decay_cooldown,
-                     reference_semantics=hp.decay_reference_semantics)
+                     semantics='reference' if hp.decay_reference_semantics else 'paper')
 
 
 def _check(hp: HParams, preset: Optional[str] = None, decaying: bool = False):

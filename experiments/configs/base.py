@@ -13,7 +13,10 @@ the measured quantity it corresponds to by a key:
   convention is N = 100), ``final_loss``, ``final_train_loss``,
   ``rounds_to<T>`` (first round whose eval accuracy >= T, T in [0, 1]),
   ``models_to<T>`` (models sent server -> client up to that round, per client
-  slot: paper 003's metric), ``upload_gb_to<T>``, ``flops_to<T>``.
+  slot: paper 003's metric), ``upload_gb_to<T>``, ``flops_to<T>``,
+  ``min_train_loss_smooth<N>`` (lowest N-round moving average of the per-round
+  training loss: paper 000's "Min Train Error", N = 200), ``fraction_sgd_steps``
+  (sum_t K_t / (rounds K_0): paper 000's "Fraction SGD Steps Used").
   Accuracies are fractions in [0, 1]; published percentages are stored as
   fractions too (84.9 % -> 0.849).
 * binaries: a dotted path into the JSON object of its last line, e.g.

@@ -3,20 +3,36 @@
 Each schedule is a tiny frozen dataclass callable on a round number, either a
 Python int (host side: planning, accounting) or a scalar tensor (inside a TFF
 computation, where the round number comes from server state so that one
-compiled computation serves every round). Both paths compute in float64, so
-the host and the graph agree exactly on ceil() boundaries.
+compiled computation serves every round). Both paths compute in float64 and
+round up with the same tolerant ceiling (`CEIL_RTOL`), so the host and the
+graph agree on ceil() boundaries.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Union
 
 import numpy as np
 import tensorflow as tf
 
 Round = Union[int, np.integer, tf.Tensor]
+
+# K_0 d_K^t is often an integer in exact arithmetic (100 * 0.8^2 = 64) but a few
+# ulps above it in float64 (64.00000000000001), where a plain ceil() would give
+# one step too many. The ceiling therefore forgives a relative excess of
+# CEIL_RTOL: ceil(x - CEIL_RTOL * x). Float64 error of K_0 d^t stays below
+# ~1e-12 relative for t <= 10^4, far under 1e-9, and a value that exceeds an
+# integer by less than 1e-9 relative on purpose does not occur in practice.
+CEIL_RTOL = 1e-9
+
+
+def tolerant_ceil(x):
+  """ceil(x - CEIL_RTOL * |x|) of a float64 scalar/array or tensor."""
+  if isinstance(x, (tf.Tensor, tf.Variable)):
+    return tf.math.ceil(x - CEIL_RTOL * tf.abs(x))
+  x = np.asarray(x, np.float64)
+  return np.ceil(x - CEIL_RTOL * np.abs(x))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,7 +62,7 @@ class ExponentialDecay:
 
 @dataclasses.dataclass(frozen=True)
 class LocalSteps:
-  """K_t = max(1, ceil(K_0 * d_K**t)) local steps in round t."""
+  """K_t = max(1, ceil(K_0 * d_K**t)) local steps in round t (`tolerant_ceil`)."""
 
   initial: int
   decay: float = 1.0
@@ -59,12 +75,12 @@ class LocalSteps:
 
   def __call__(self, t: Round):
     if isinstance(t, (tf.Tensor, tf.Variable)):
-      value = tf.math.ceil(self.initial * tf.pow(
+      value = tolerant_ceil(self.initial * tf.pow(
           tf.constant(self.decay, tf.float64), tf.cast(t, tf.float64)))
       return tf.maximum(tf.cast(value, tf.int32), 1)
-    return max(1, int(math.ceil(self.initial * np.float64(self.decay) ** int(t))))
+    return max(1, int(tolerant_ceil(self.initial * np.float64(self.decay) ** int(t))))
 
   def total(self, rounds: int) -> int:
     """Sum_t K_t over rounds 0..rounds-1 (client steps per cohort slot)."""
     t = np.arange(rounds, dtype=np.float64)
-    return int(np.maximum(1, np.ceil(self.initial * np.power(self.decay, t))).sum())
+    return int(np.maximum(1, tolerant_ceil(self.initial * np.power(self.decay, t))).sum())

@@ -200,3 +200,20 @@ def test_trainer_mfl_runs_fedgbos_optimisers():
   assert config.optimizer == gbo_optimizers.RMSProp(
       0.9, epsilon=1e-3, bias_correction=False, initial_v=1.0)
   assert config.uniform_weighting
+
+
+def test_tff_sgdm_at_lr_times_one_minus_beta_is_the_dampened_sgdm():
+  """The documented mapping: TFF's sgdm(gamma (1 - beta), beta) takes the same
+  steps as the dampened SGDm(gamma, beta) on any gradient sequence."""
+  lr, beta = 0.3, 0.8
+  ours = gbo_optimizers.MovingStatistics(gbo_optimizers.SGDm(beta), lr)
+  tffs = optimizers.OptimizerSpec('sgdm', lr * (1 - beta), momentum=beta).build()
+  spec = (tf.TensorSpec((3,), tf.float32),)
+  w_ours = w_tff = (tf.constant([1.0, -2.0, 0.5]),)
+  s_ours, s_tff = ours.initialize(spec), tffs.initialize(spec)
+  rng = np.random.default_rng(0)
+  for _ in range(20):
+    grad = (tf.constant(rng.normal(size=3), tf.float32),)
+    s_ours, w_ours = ours.next(s_ours, w_ours, grad)
+    s_tff, w_tff = tffs.next(s_tff, w_tff, grad)
+    np.testing.assert_allclose(w_ours[0].numpy(), w_tff[0].numpy(), rtol=1e-5, atol=1e-6)

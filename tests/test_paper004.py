@@ -145,3 +145,11 @@ def test_trainer_runs_with_defaults(algorithm, tmp_path):
   assert 'final eval' in proc.stdout
   (run,) = os.listdir(tmp_path)
   assert f'_{algorithm}_csgdm0.1_' in run and '_K10_' in run
+
+
+@pytest.mark.parametrize('experiment', TABLE4, ids=lambda e: e.name)
+def test_fedmax_uses_the_reference_codes_kl_direction(experiment):
+  """The paper does not say; the reference code's term is KL(uniform || softmax(a))."""
+  fedmax = next(c for c in _commands(experiment) if _flag(c, 'algorithm') == 'fedmax')
+  assert _flag(fedmax, 'fedmax_reference_kl') == 'true'
+  assert _flag(fedmax, 'fedmax_beta') == '1.0'

@@ -19,7 +19,8 @@ K = 10 (or 50) local steps for every method, FedProx included; the plain
 client mean 1/M for every method, as Algorithm 1 (`uniform_weighting`);
 SGDm with dampening, m <- beta m + (1 - beta) g, for FedGBO, Mimelite,
 MimeXlite and MFL (the trainer's MFL runs FedGBO's optimisers with moving
-statistics, as the authors' MFL optimisers); RMSProp / Adam statistics v
+statistics, as the authors' MFL optimisers); FedMAX's KL(uniform ||
+softmax(a)) (`fedmax_reference_kl`); RMSProp / Adam statistics v
 initialised to 1, no bias correction, eps = 1e-3, beta_2 = 0.99
 (`gbo_reference_conventions`); AFO's server SGDm (dampened in the reference
 code) written for TFF's undampened momentum with server_learning_rate =
@@ -120,7 +121,7 @@ CLIENT_OPTIMIZER = {'SGD': 'sgd', 'SGDm': 'sgdm', 'RMSProp': 'rmsprop', 'Adam': 
 
 def _flags(dataset: str, algorithm: str, optimiser: str, k: int) -> dict:
   s = SETTINGS[(dataset, algorithm, optimiser, k)]
-  flags = dict(local_steps=k, uniform_weighting=True)  # fl_algs.py: K steps, 1/M means
+  flags = dict(local_steps=k, uniform_weighting=True)  # reference code: K steps, 1/M
   if algorithm == 'AdaptiveFedOpt':
     # Client SGD at clr; server SGDm with the reference code's dampened momentum
     # m <- b m + (1 - b) q, x <- x - slr m  ==  tff SGDm (m <- b m + q) at slr (1 - b).
@@ -132,7 +133,8 @@ def _flags(dataset: str, algorithm: str, optimiser: str, k: int) -> dict:
   if algorithm == 'FedProx':
     flags.update(prox_mu=s['mu'])
   elif algorithm == 'FedMAX':
-    flags.update(fedmax_beta=s['beta'])
+    # The reference code's entropy term is KL(uniform || softmax(a)).
+    flags.update(fedmax_beta=s['beta'], fedmax_reference_kl=True)
   if optimiser != 'SGD':
     flags.update(client_optimizer=CLIENT_OPTIMIZER[optimiser])
     if optimiser == 'SGDm':
@@ -247,8 +249,8 @@ def _table4(dataset: str) -> Experiment:
              '--uniform_weighting); FedGBO / MFL / Mimelite run its optimisers '
              '(--gbo_reference_conventions: dampened SGDm m <- b m + (1 - b) g); AFO\'s '
              'dampened server SGDm is written as TFF\'s SGDm at slr (1 - sbeta) (exactly '
-             'equivalent). FedMAX: the paper\'s KL(softmax || uniform) (the reference code '
-             'uses KL(uniform || softmax): --fedmax_reference_kl). '
+             'equivalent). FedMAX: the reference code\'s KL(uniform || softmax(a)) '
+             '(--fedmax_reference_kl; the paper does not say which). '
              f'{DATA_NOTES[dataset]} Upload/FLOPs: totals over all '
              'sampled clients up to the first evaluation (every 50 rounds) reaching the '
              'accuracy; the paper counts rounds x per-round cost with its own cost model '

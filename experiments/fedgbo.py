@@ -25,8 +25,10 @@ B = 32; sent140 = LEAF Sent140 from --sent140_dir (5k bag of words, linear
 model), M = 22, B = 8; digits = the embedded offline task (smoke runs).
 Algorithms: fedavg (AdaptiveFedOpt with --server_optimizer), fedgbo, mfl,
 mimelite, mimexlite (their client optimiser defaults to SGDm, beta 0.9: the
-setting of Table IV), fedmax, fedprox. `--algorithm_flags` sets per-algorithm
-flags, e.g. 'fedgbo:client_optimizer=adam,client_beta_1=0.9;fedprox:prox_mu=0.01'.
+setting of Table IV), fedmax, fedprox; all run K local steps and the plain
+client mean 1/M of Algorithm 1 (--nouniform_weighting: weights n_i).
+`--algorithm_flags` sets per-algorithm flags, e.g.
+'fedgbo:client_optimizer=adam,client_beta_1=0.9;fedprox:prox_mu=0.01'.
 """
 
 from __future__ import annotations
@@ -71,6 +73,8 @@ PRESETS = {
     'sent140': dict(task='digits', clients_per_round=22, client_batch_size=8),  # data: own loader
     'digits': dict(task='digits', model='mlp', clients_per_round=5, client_batch_size=32),
 }
+# Algorithm 1 (and the authors' code, for every method) averages clients 1/M.
+COMMON_DEFAULTS = dict(uniform_weighting='true')
 # Table IV's adaptive-FL algorithms use SGDm on clients.
 ALGORITHM_DEFAULTS = {name: dict(client_optimizer='sgdm', client_momentum='0.9')
                       for name in ('fedgbo', 'mfl', 'mimelite', 'mimexlite')}
@@ -103,7 +107,7 @@ def _settings(preset: str, k: str, algorithm: str, overrides,
   values = {key: str(v) for key, v in PRESETS[preset].items()
             if key not in explicit and not (FLAGS.use_synthetic_data and key == 'num_clients')}
   values.update(local_steps=k, algorithm=algorithm)
-  for key, v in ALGORITHM_DEFAULTS.get(algorithm, {}).items():
+  for key, v in {**COMMON_DEFAULTS, **ALGORITHM_DEFAULTS.get(algorithm, {})}.items():
     if key not in explicit:
       values[key] = v
   values.update(overrides.get(algorithm, {}))

@@ -66,7 +66,8 @@ flags.DEFINE_integer('local_steps', None, 'Local steps K_0 per round (overrides 
 flags.DEFINE_float('local_steps_decay', 1.0, 'd_K: K_t = ceil(K_0 d_K^t).')
 flags.DEFINE_float('client_lr_decay', 1.0, 'd_gamma: gamma_t = gamma_0 d_gamma^t.')
 flags.DEFINE_float('server_lr_decay', 1.0, 'd_eta: eta_t = eta_0 d_eta^t.')
-flags.DEFINE_bool('uniform_weighting', False, 'Weight clients equally (not by examples).')
+flags.DEFINE_bool('uniform_weighting', False, 'Weight clients equally, 1/M (TFF\'s '
+                  'ClientWeighting.UNIFORM), not by examples n_i (NUM_EXAMPLES).')
 # LocalUpdate / LocalUpdateDecay (paper 002).
 flags.DEFINE_string('theta', 'reptile', 'LocalUpdate step weights: reptile, fomaml, kmaml, '
                     'minibatch_sgd (K = --local_steps, default 10) or numbers "1,0,0.5".')
@@ -87,9 +88,9 @@ flags.DEFINE_bool('server_adaptive_lr', False, 'Nastya: adaptive server step of 
 flags.DEFINE_float('client_beta_1', None, 'Client beta_1 (adam; fedgbo/mime/mfl).')
 flags.DEFINE_float('client_beta_2', None, 'Client beta_2 (adam; rmsprop decay).')
 flags.DEFINE_float('client_epsilon', None, 'Client epsilon (adam, rmsprop).')
-flags.DEFINE_bool('gbo_reference_conventions', False, 'FedGBO/Mimelite: the reference '
-                  "code's conventions (v_0 = 1, no bias correction, eps = 1e-3, "
-                  'unweighted client mean).')
+flags.DEFINE_bool('gbo_reference_conventions', False, 'FedGBO/MFL/Mimelite/MimeXlite: '
+                  "the reference code's conventions (v_0 = 1, no bias correction, "
+                  'eps = 1e-3, unweighted client mean).')
 # FedDyn / SCAFFOLD / FedProx (paper 003).
 flags.DEFINE_float('feddyn_alpha', 0.01, 'FedDyn: dynamic regulariser alpha.')
 flags.DEFINE_bool('feddyn_adaptive_alpha', False, 'FedDyn: alpha_k = alpha / (n_k / mean n) '
@@ -152,7 +153,20 @@ def hparams(grid: bool = False) -> registry.HParams:
   instead of refused."""
   names = [f.name for f in dataclasses.fields(registry.HParams)]
   hp = registry.HParams(**{n: getattr(FLAGS, n) for n in names})
+  hp = registry.with_defaults(FLAGS.algorithm, hp, [n for n in names if _unset(n)])
   return registry.for_algorithm(FLAGS.algorithm, hp) if grid else hp
+
+
+def _unset(name: str) -> bool:
+  flag = FLAGS[name]
+  return not flag.present and flag.value == flag.default
+
+
+def algorithm_defaults() -> dict:
+  """The algorithm's own defaults that replace flags left unset (e.g. FedGBO's K)."""
+  names = [f.name for f in dataclasses.fields(registry.HParams)]
+  hp = hparams()
+  return {n: getattr(hp, n) for n in names if getattr(hp, n) != getattr(FLAGS, n)}
 
 
 def warn_ignored_flags(algorithms) -> None:
@@ -166,9 +180,10 @@ def warn_ignored_flags(algorithms) -> None:
 def experiment_name() -> str:
   if FLAGS.experiment_name:
     return FLAGS.experiment_name
-  parts = [FLAGS.task, FLAGS.algorithm, f'c{FLAGS.client_optimizer}{FLAGS.client_learning_rate:g}',
+  hp = hparams()
+  parts = [FLAGS.task, FLAGS.algorithm, f'c{hp.client_optimizer}{FLAGS.client_learning_rate:g}',
            f's{FLAGS.server_optimizer}{FLAGS.server_learning_rate:g}',
-           f'K{FLAGS.local_steps}' if FLAGS.local_steps else f'E{FLAGS.client_epochs_per_round}',
+           f'K{hp.local_steps}' if hp.local_steps else f'E{FLAGS.client_epochs_per_round}',
            f'M{FLAGS.clients_per_round}', f'seed{FLAGS.seed}']
   return '_'.join(parts)
 
@@ -206,6 +221,7 @@ def output_dir() -> str:
 def flag_values() -> dict:
   """This module's flag values and the backend's, for summary.json."""
   values = {f.name: f.value for f in FLAGS.get_flags_for_module(__name__)}
+  values.update(algorithm_defaults())
   values.update(runtime_flags.values())
   return values
 

@@ -139,3 +139,8 @@ def test_smoke_run_writes_tables_and_plots(tmp_path):
   with open(root / 'digits' / 'K2' / 'fedgbo' / 'summary.json') as f:
     flags = json.load(f)['flags']
   assert flags['client_optimizer'] == 'sgdm' and flags['client_momentum'] == 0.9
+  # Every method: K steps and Algorithm 1's plain mean 1/M.
+  for name in algorithms:
+    with open(root / 'digits' / 'K2' / name / 'summary.json') as f:
+      flags = json.load(f)['flags']
+    assert flags['local_steps'] == 2 and flags['uniform_weighting'] is True, name

@@ -32,8 +32,10 @@ BUILDERS = {
     'fedgbo_sgdm': lambda f: fedgbo.build_fedgbo(f, fedgbo.FedGBOConfig(_gbo('sgdm'))),
     'fedgbo_rmsprop': lambda f: fedgbo.build_fedgbo(f, fedgbo.FedGBOConfig(_gbo('rmsprop'))),
     'fedgbo_adam': lambda f: fedgbo.build_fedgbo(f, fedgbo.FedGBOConfig(_gbo('adam'))),
-    'mfl_sgdm': lambda f: mfl.build_mfl(f, mfl.MFLConfig(optimizers.OptimizerSpec('sgdm', 0.1))),
-    'mfl_adam': lambda f: mfl.build_mfl(f, mfl.MFLConfig(optimizers.OptimizerSpec('adam', 0.1))),
+    'mfl_sgdm': lambda f: mfl.build_mfl(f, mfl.MFLConfig(_gbo('sgdm'))),
+    'mfl_adam': lambda f: mfl.build_mfl(f, mfl.MFLConfig(_gbo('adam'))),
+    'mfl_tff_adam': lambda f: mfl.build_mfl(f, mfl.MFLConfig(
+        tff_optimizer=optimizers.OptimizerSpec('adam', 0.1))),
     'mimelite_sgdm': lambda f: mime.build_mime(f, mime.MimeConfig(_gbo('sgdm'))),
     'mimexlite_adam': lambda f: mime.build_mime(f, mime.MimeConfig(
         _gbo('adam'), gradient=mime.ONE_BATCH)),
@@ -47,6 +49,7 @@ TABLE_1 = {
     'fedgbo_adam': (3, 1),
     'mfl_sgdm': (2, 2),
     'mfl_adam': (3, 3),
+    'mfl_tff_adam': (3, 3),
     'mimelite_sgdm': (2, 2),
     'mimexlite_adam': (3, 2),
 }

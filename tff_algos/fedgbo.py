@@ -12,11 +12,15 @@ Adam m, v) written as update U, tracking T, inverse I (`core.gbo_optimizers`):
              s_{t+1} = T(g~_t, s_t)
 
 Download x + s, upload x (Table 1). With SGDm and beta = 0 it is FedAvg.
-Options: the client mean is weighted by n_i (this library's convention;
-Algorithm 1 writes the plain mean 1/|S_t|: `uniform_weighting`);
+Library defaults where Algorithm 1 and Table II are silent or differ: the
+client mean is weighted by n_i (Algorithm 1 writes the plain mean 1/|S_t|:
+`uniform_weighting`); s_0 = 0 with Adam's bias correction (v-hat = 1 before
+the first tracking step); eps = 1e-3, beta_2 = 0.99 (Sec. 5).
 `gbo_optimizers.build(..., reference_conventions=True)` plus uniform
 weighting are the authors' code (v_0 = 1, no bias correction, eps = 1e-3,
-unweighted mean): `FedGBOConfig.reference()`.
+unweighted mean): `FedGBOConfig.reference()`, the trainer's
+--gbo_reference_conventions. Unset trainer flags take Sec. 5's K = 10 and
+SGDm (beta 0.9): `paper_defaults`.
 K_t and eta_t may decay by round (`core.schedules`); the inverse step uses
 the round's own K_t and eta_t. K must be a number of steps (not epochs), or
 the inverse step would not know it.
@@ -112,6 +116,21 @@ def build_fedgbo(model_fn: Callable[[], tff.learning.models.VariableModel],
 
 
 # Trainer integration: flag values (HParams) -> config, in one place.
+PAPER_LOCAL_STEPS = 10      # Sec. 5: K = 10 (Table IV) or 50
+PAPER_OPTIMIZER = 'sgdm'    # Table IV's client optimiser (beta 0.9: `gbo_optimizers.build`)
+
+
+def paper_defaults(unset: frozenset[str]) -> dict:
+  """Paper 004's K and client optimiser for the flags left unset (FedGBO, MFL,
+  Mimelite, MimeXlite): the trainer's plain SGD has no statistics to keep."""
+  defaults = {}
+  if 'client_optimizer' in unset:
+    defaults['client_optimizer'] = PAPER_OPTIMIZER
+  if {'local_steps', 'client_epochs_per_round'} <= unset:
+    defaults['local_steps'] = PAPER_LOCAL_STEPS
+  return defaults
+
+
 def gbo_optimizer(hp: HParams, what: str) -> gbo_optimizers.GBOOptimizer:
   """--client_optimizer=sgdm|rmsprop|adam with fixed global statistics."""
   if hp.client_optimizer not in gbo_optimizers.NAMES:
@@ -156,5 +175,6 @@ def _build_fedgbo(model_fn, hp: HParams) -> FederatedAlgorithm:
 ALGORITHM_SPECS = (
     AlgorithmSpec('fedgbo', _build_fedgbo, _fedgbo_config,
                   'FedGBO (paper 004): client sgdm/rmsprop/adam with global statistics '
-                  'fixed during K local steps, tracked by the inverse step'),
+                  'fixed during K local steps, tracked by the inverse step',
+                  defaults=paper_defaults),
 )

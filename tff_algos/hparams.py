@@ -83,5 +83,8 @@ class AlgorithmSpec:
   build: Callable[[Any, HParams], FederatedAlgorithm]
   check: Callable[[HParams], Any]   # validates hparams cheaply (raises ValueError)
   description: str
+  # The algorithm's own defaults: names of the flags left unset -> {flag: value}
+  # for those where the generic default is not the paper's (or does not run).
+  defaults: Optional[Callable[[frozenset[str]], dict[str, Any]]] = None
 
 

@@ -10,11 +10,16 @@ optimiser whose parameters are averaged alongside the model. Round t:
   server:    x_{t+1} = mean_i y_K^i;   s_{t+1} = mean_i s^i_K
 
 Download x + s, upload x + s (Table 1): SGDm/RMSProp 2 model sizes, Adam 3.
-The optimiser is `tff.learning.optimizers`' own (sgdm: m <- beta m + g,
-y <- y - gamma m; adam with its bias correction; rmsprop), unchanged: the
-client loop starts it from the downloaded state instead of a fresh one. Only
-the per-weight statistics are averaged; hyperparameters stay at the server
-(gamma_t set each round) and Adam's step counter becomes the mean of the
+The optimiser is FedGBO's (`core.gbo_optimizers`, the same flags) with moving
+statistics, as the authors' MFL optimisers: s <- T(g, s), then y <- y - M:
+SGDm m <- beta m + (1-beta) g, y <- y - gamma m (dampened); RMSProp and Adam
+with beta_2 = 0.99, eps = 1e-3 by default, bias-corrected from 0 (or the
+authors' v_0 = 1 uncorrected: `reference_conventions`). `tff_optimizer`
+runs a `tff.learning.optimizers` optimiser unchanged instead (sgdm
+undampened: m <- beta m + g, so its steady step is 1/(1-beta) times ours at
+equal flags; SGDm(gamma, beta) here is TFF's sgdm(gamma (1-beta), beta)).
+Only the per-weight statistics are averaged; hyperparameters stay at the
+server (gamma_t set each round) and the step counter becomes the mean of the
 clients' counters. Means are weighted by n_i (or uniform).
 """
 
@@ -42,30 +47,53 @@ NAMES = ('sgdm', 'rmsprop', 'adam')
 # Optimiser FLOPs per parameter and step with moving statistics (App. B, Table VI).
 _FLOPS_MOVING = {cls.name: cls.flops_moving for cls in
                  (gbo_optimizers.SGDm, gbo_optimizers.RMSProp, gbo_optimizers.Adam)}
-_STEP = 'step'   # the step counter in tff.learning.optimizers states (adam)
+# Step counters: tff.learning.optimizers' adam ('step'), gbo_optimizers ('count').
+_COUNTERS = ('step', 'count')
 
 
 @dataclasses.dataclass(frozen=True)
 class MFLConfig:
-  client_optimizer: optimizers.OptimizerSpec = optimizers.OptimizerSpec('sgdm', 0.1)
+  optimizer: gbo_optimizers.GBOOptimizer = gbo_optimizers.SGDm(0.9)
+  learning_rate: float = 0.1            # gamma_0
   local_steps: Optional[int] = 10       # K_0; None: `epochs` passes
   epochs: int = 1
   local_steps_decay: float = 1.0
   client_lr_decay: float = 1.0
   uniform_weighting: bool = False
+  # Instead of `optimizer` and `learning_rate`: a tff.learning optimiser
+  # (sgdm, rmsprop, adam), unchanged, at its own learning rate.
+  tff_optimizer: Optional[optimizers.OptimizerSpec] = None
 
   def __post_init__(self):
-    if self.client_optimizer.name not in NAMES:
-      raise ValueError(f'MFL averages client optimiser state: --client_optimizer must be '
-                       f'one of {NAMES}, got {self.client_optimizer.name!r}')
-    if self.client_optimizer.name == 'sgdm' and not self.client_optimizer.get('momentum'):
+    spec = self.tff_optimizer
+    if spec is not None:
+      if spec.name not in NAMES:
+        raise ValueError(f'MFL averages client optimiser state: --client_optimizer must be '
+                         f'one of {NAMES}, got {spec.name!r}')
+      if spec.name == 'sgdm' and not spec.get('momentum'):
+        raise ValueError('MFL with sgdm needs a momentum > 0 (else there is no state)')
+    elif not isinstance(self.optimizer, gbo_optimizers.GBOOptimizer):
+      raise ValueError(f'optimizer must be a GBOOptimizer, got {self.optimizer!r}')
+    elif isinstance(self.optimizer, gbo_optimizers.SGDm) and not self.optimizer.beta:
       raise ValueError('MFL with sgdm needs a momentum > 0 (else there is no state)')
     self.client_schedule()
 
   def client_schedule(self) -> client_work_lib.ClientSchedule:
+    learning_rate = (self.learning_rate if self.tff_optimizer is None
+                     else self.tff_optimizer.learning_rate)
     return client_work_lib.client_schedule(
-        self.client_optimizer.learning_rate, self.client_lr_decay, self.local_steps,
+        learning_rate, self.client_lr_decay, self.local_steps,
         self.local_steps_decay, self.epochs)
+
+  def client_optimizer(self) -> tff.learning.optimizers.Optimizer:
+    if self.tff_optimizer is not None:
+      return self.tff_optimizer.build()
+    return gbo_optimizers.MovingStatistics(self.optimizer, self.learning_rate)
+
+  def flops_per_param(self) -> float:
+    if self.tff_optimizer is not None:
+      return _FLOPS_MOVING[self.tff_optimizer.name]
+    return self.optimizer.flops_moving
 
 
 def _is_statistic(value) -> bool:
@@ -75,7 +103,7 @@ def _is_statistic(value) -> bool:
 
 def build_mfl(model_fn: Callable[[], tff.learning.models.VariableModel],
               config: MFLConfig = MFLConfig(), name: str = 'mfl') -> FederatedAlgorithm:
-  optimizer = config.client_optimizer.build()
+  optimizer = config.client_optimizer()
 
   def client_fn(model, hparams, state, initial_weights, dataset):
     state = collections.OrderedDict(  # tuples, like the loop's weights and grads
@@ -89,15 +117,16 @@ def build_mfl(model_fn: Callable[[], tff.learning.models.VariableModel],
     final = outcome.optimizer_state
     upload = collections.OrderedDict(
         (k, tuple(v)) for k, v in final.items() if _is_statistic(v))
-    if _STEP in final:
-      upload[_STEP] = tf.cast(final[_STEP], tf.float32)
+    for key in _COUNTERS:
+      if key in final:
+        upload[key] = tf.cast(final[key], tf.float32)
     return outcome, upload
 
   def server_fn(state, hparams, mean_delta, mean_upload):
     del hparams, mean_delta
     new = collections.OrderedDict(state)
     for key, value in mean_upload.items():
-      if key == _STEP:
+      if key in _COUNTERS:
         new[key] = tf.cast(tf.round(value), state[key].dtype)
       else:
         new[key] = tf.nest.pack_sequence_as(state[key], tf.nest.flatten(value))
@@ -110,19 +139,21 @@ def build_mfl(model_fn: Callable[[], tff.learning.models.VariableModel],
                         else tff.learning.ClientWeighting.NUM_EXAMPLES))
   algorithm = fedopt.compose(name, model_fn, work, optimizers.OptimizerSpec('sgd', 1.0).build())
   return dataclasses.replace(algorithm, compute=accounting.ComputeModel(
-      optimizer_flops_per_param=_FLOPS_MOVING[config.client_optimizer.name]))
+      optimizer_flops_per_param=config.flops_per_param()))
 
 
 # Trainer integration: flag values (HParams) -> config, in one place.
 def _mfl_config(hp: HParams) -> MFLConfig:
   fedgbo.check_server_default(hp, 'mfl')
-  if hp.gbo_reference_conventions:
-    raise ValueError('--gbo_reference_conventions is for fedgbo/mimelite/mimexlite')
-  return MFLConfig(client_optimizer=hp.client_optimizer_spec(), local_steps=hp.local_steps,
+  if hp.client_optimizer not in NAMES:
+    raise ValueError(f'MFL averages client optimiser state: --client_optimizer must be '
+                     f'one of {NAMES}, got {hp.client_optimizer!r}')
+  return MFLConfig(optimizer=fedgbo.gbo_optimizer(hp, 'mfl'),
+                   learning_rate=hp.client_learning_rate, local_steps=hp.local_steps,
                    epochs=hp.client_epochs_per_round,
                    local_steps_decay=hp.local_steps_decay,
                    client_lr_decay=hp.client_lr_decay,
-                   uniform_weighting=hp.uniform_weighting)
+                   uniform_weighting=hp.uniform_weighting or hp.gbo_reference_conventions)
 
 
 def _build_mfl(model_fn, hp: HParams) -> FederatedAlgorithm:
@@ -132,5 +163,5 @@ def _build_mfl(model_fn, hp: HParams) -> FederatedAlgorithm:
 ALGORITHM_SPECS = (
     AlgorithmSpec('mfl', _build_mfl, _mfl_config,
                   'MFL: client sgdm/rmsprop/adam from the global state; models and '
-                  'optimiser states averaged'),
+                  'optimiser states averaged', defaults=fedgbo.paper_defaults),
 )

@@ -140,8 +140,9 @@ ALGORITHM_SPECS = (
     AlgorithmSpec('mimelite', lambda model_fn, hp: build_mime(
         model_fn, _mime_config(hp, FULL_BATCH)), lambda hp: _mime_config(hp, FULL_BATCH),
                   'Mimelite: fixed global statistics tracked with full-batch client '
-                  'gradients at x_t (uploads x and grad f)'),
+                  'gradients at x_t (uploads x and grad f)', defaults=fedgbo.paper_defaults),
     AlgorithmSpec('mimexlite', lambda model_fn, hp: build_mime(
         model_fn, _mime_config(hp, ONE_BATCH)), lambda hp: _mime_config(hp, ONE_BATCH),
-                  'MimeXlite (paper 004): Mimelite with one minibatch gradient at x_t'),
+                  'MimeXlite (paper 004): Mimelite with one minibatch gradient at x_t',
+                  defaults=fedgbo.paper_defaults),
 )

@@ -80,6 +80,14 @@ def for_algorithm(name: str, hp: HParams) -> HParams:
   return dataclasses.replace(hp, **reset)
 
 
+def with_defaults(name: str, hp: HParams, unset) -> HParams:
+  """`hp` with `name`'s own defaults for the flags in `unset` (those left unset)."""
+  spec = ALGORITHMS.get(name)
+  if spec is None or spec.defaults is None:
+    return hp
+  return dataclasses.replace(hp, **spec.defaults(frozenset(unset)))
+
+
 def check(name: str, hp: HParams) -> AlgorithmSpec:
   """Raises ValueError for a bad name or hyperparameters, before any tracing."""
   spec = get(name)

@@ -13,12 +13,18 @@ Experiments (5000 rounds, evaluated every 50, 5 random trials, B = 32):
 Hyperparameters: the paper defers them to its repository ("The best
 hyperparameters for all scenarios can be found on our online code
 repository"): JedMills/FedGBO experiment-settings.csv, transcribed in
-`SETTINGS` below. Its optimisers (optimizers.py there) are the ones the
-numbers come from: SGDm with dampening, m <- beta m + (1 - beta) g; RMSProp/
-Adam statistics v initialised to 1, no bias correction, eps = 1e-3 -- hence
-`gbo_reference_conventions=True` for FedGBO / Mimelite / MimeXlite, and AFO's
-server SGDm (dampened in the reference code) is written for tff's undampened
-momentum with server_learning_rate = slr (1 - beta) (exactly equivalent).
+`SETTINGS` below. Its algorithms and optimisers (fl_algs.py, optimizers.py
+there) are the ones the numbers come from, and every run here follows them:
+K = 10 (or 50) local steps for every method, FedProx included; the plain
+client mean 1/M for every method, as Algorithm 1 (`uniform_weighting`);
+SGDm with dampening, m <- beta m + (1 - beta) g, for FedGBO, Mimelite,
+MimeXlite and MFL (the trainer's MFL runs FedGBO's optimisers with moving
+statistics, as the authors' MFL optimisers); FedMAX's KL(uniform ||
+softmax(a)) (`fedmax_reference_kl`); RMSProp / Adam statistics v
+initialised to 1, no bias correction, eps = 1e-3, beta_2 = 0.99
+(`gbo_reference_conventions`); AFO's server SGDm (dampened in the reference
+code) written for TFF's undampened momentum with server_learning_rate =
+slr (1 - beta) (exactly equivalent).
 
 Skipped: Sent140 (LEAF; no sent140 task in the registry: Table IV's Sent140
 rows), Figs. 1-3 (curves only; their runs are the tables' runs or the same
@@ -115,7 +121,7 @@ CLIENT_OPTIMIZER = {'SGD': 'sgd', 'SGDm': 'sgdm', 'RMSProp': 'rmsprop', 'Adam': 
 
 def _flags(dataset: str, algorithm: str, optimiser: str, k: int) -> dict:
   s = SETTINGS[(dataset, algorithm, optimiser, k)]
-  flags = dict(local_steps=k)
+  flags = dict(local_steps=k, uniform_weighting=True)  # reference code: K steps, 1/M
   if algorithm == 'AdaptiveFedOpt':
     # Client SGD at clr; server SGDm with the reference code's dampened momentum
     # m <- b m + (1 - b) q, x <- x - slr m  ==  tff SGDm (m <- b m + q) at slr (1 - b).
@@ -125,25 +131,20 @@ def _flags(dataset: str, algorithm: str, optimiser: str, k: int) -> dict:
     return flags
   flags.update(client_learning_rate=s['lr'])
   if algorithm == 'FedProx':
-    # TFF's FedProx (the trainer's fedprox) takes one epoch per round: no K.
-    del flags['local_steps']
     flags.update(prox_mu=s['mu'])
   elif algorithm == 'FedMAX':
-    flags.update(fedmax_beta=s['beta'])
+    # The reference code's entropy term is KL(uniform || softmax(a)).
+    flags.update(fedmax_beta=s['beta'], fedmax_reference_kl=True)
   if optimiser != 'SGD':
     flags.update(client_optimizer=CLIENT_OPTIMIZER[optimiser])
     if optimiser == 'SGDm':
       flags.update(client_momentum=s['beta'])
-      if algorithm == 'MFL':
-        # The reference MFLSGDm is dampened (m <- b m + (1 - b) g, y <- y - lr m); the
-        # trainer's MFL runs tff's SGDm (m <- b m + g): equal at lr (1 - b).
-        flags.update(client_learning_rate=float(f"{s['lr'] * (1 - s['beta']):.6g}"))
     elif optimiser == 'RMSProp':
       flags.update(client_beta_2=s['beta'], client_epsilon=s['eps'])
     else:
       flags.update(client_beta_1=s['beta1'], client_beta_2=s['beta2'],
                    client_epsilon=s['eps'])
-    if algorithm in ('FedGBO', 'Mimelite', 'MimeXlite'):
+    if algorithm in ('FedGBO', 'Mimelite', 'MimeXlite', 'MFL'):
       flags.update(gbo_reference_conventions=True)
   return flags
 
@@ -243,12 +244,14 @@ def _table4(dataset: str) -> Experiment:
           rounds_per_eval=ROUNDS_PER_EVAL),
       published=tuple(published),
       expected_runtime=_runtime(dataset, len(runs), 10),
-      notes=(f'Hyperparameters: {REPO}; AFO server SGDm written as tff SGDm at slr (1 - '
-             'sbeta), MFL client SGDm at lr (1 - beta) (the reference optimisers are dampened; '
-             'exactly equivalent). FedProx: the trainer\'s fedprox is TFF\'s (one epoch per '
-             'round), not K = 10 steps. Client weighting: FedGBO / Mimelite uniform (reference '
-             'conventions); the others by n_i (the reference code\'s choice for them was not '
-             f'checked). {DATA_NOTES[dataset]} Upload/FLOPs: totals over all '
+      notes=(f'Hyperparameters: {REPO}; as the reference code, every method runs K = 10 '
+             'local steps (FedProx too) and averages clients uniformly (1/M, '
+             '--uniform_weighting); FedGBO / MFL / Mimelite run its optimisers '
+             '(--gbo_reference_conventions: dampened SGDm m <- b m + (1 - b) g); AFO\'s '
+             'dampened server SGDm is written as TFF\'s SGDm at slr (1 - sbeta) (exactly '
+             'equivalent). FedMAX: the reference code\'s KL(uniform || softmax(a)) '
+             '(--fedmax_reference_kl; the paper does not say which). '
+             f'{DATA_NOTES[dataset]} Upload/FLOPs: totals over all '
              'sampled clients up to the first evaluation (every 50 rounds) reaching the '
              'accuracy; the paper counts rounds x per-round cost with its own cost model '
              '(App. B) and GB convention, so only ratios between algorithms are expected to '
@@ -298,7 +301,9 @@ def _table5(k: int) -> Experiment:
       published=tuple(published),
       expected_runtime=_runtime('shakespeare', len(runs), k),
       notes=(f'Hyperparameters: {REPO} (Adam beta_2 = 0.99 and eps = 1e-3 throughout, RMSProp '
-             f'eps = 1e-3). {DATA_NOTES["shakespeare"]}' + (
+             'eps = 1e-3); the reference code\'s conventions (--gbo_reference_conventions: '
+             'v_0 = 1, no bias correction, dampened SGDm, uniform 1/M means). '
+             f'{DATA_NOTES["shakespeare"]}' + (
                  ' The SGDm FedGBO / Mimelite entries (54.6 +-0.3, 56.6 +-0.3) are those of '
                  'Table IV: their runs are in fedgbo_table4_shakespeare, not repeated here.'
                  if k == 10 else '')),

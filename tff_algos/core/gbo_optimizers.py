@@ -1,28 +1,36 @@
 """Optimisers with global, locally fixed statistics (paper 004, Table II).
 
 Mills et al., "Accelerating Federated Learning with a Global Biased
-Optimiser": an optimiser is its statistics s plus three steps,
+Optimiser": an optimiser is its statistics s plus three steps (and M, MFL's),
 
   U(eta, g, s)               client step with s FIXED:   y <- y - U
   T(g, s)                    server tracking:            s <- T(g, s)
   I(x_t - x_{t+1}, s, K, eta)  inverse of K U-steps: the average gradient g
+  M(eta, g, s)               step with MOVING statistics (MFL): s <- T(g, s),
+                             then y <- y - M(eta, g, s) with the new s
 
   SGDm     s = m     U = eta (beta m + (1-beta) g)
                      T  m <- beta m + (1-beta) g
                      I  ((x_t - x_{t+1})/(eta K) - beta m) / (1-beta)
+                     M  eta m
   RMSProp  s = v     U = eta g / (sqrt v + eps)
                      T  v <- beta v + (1-beta) g^2
                      I  (x_t - x_{t+1}) (sqrt v + eps) / (eta K)
+                     M  eta g / (sqrt v + eps)
   Adam     s = m, v  U = eta (b1 m + (1-b1) g) / (sqrt v + eps)
                      T  m <- b1 m + (1-b1) g;  v <- b2 v + (1-b2) g^2
                      I  ((x_t - x_{t+1}) (sqrt v + eps)/(eta K) - b1 m) / (1-b1)
+                     M  eta m / (sqrt v + eps)
 
 Adding an optimiser is one small class here. FedGBO tracks s with the
-inverse-step gradient, Mimelite with the clients' full-batch gradients.
+inverse-step gradient, Mimelite with the clients' full-batch gradients; MFL
+tracks it at every local step and averages it (`MovingStatistics`: the
+authors' MFL optimisers, e.g. the dampened SGDm m <- beta m + (1-beta) g,
+y <- y - eta m, where TFF's SGDm is m <- beta m + g).
 
 Conventions. Table II leaves s_0 open. By default the statistics start at 0
 and the second moments (RMSProp v; Adam m and v) are bias-corrected as in
-Adam: U and I use m/(1-b1^t), v/(1-b2^t) after t tracking steps; before the
+Adam: U, I and M use m/(1-b1^t), v/(1-b2^t) after t tracking steps; before the
 first one (t = 0) m = 0 and the preconditioner is the identity (v-hat = 1).
 The authors' code (JedMills/FedGBO) instead starts v at 1 and never
 corrects (`bias_correction=False, initial_v=1`). SGDm is never corrected
@@ -34,8 +42,8 @@ because the FLOP totals of Table VII agree with it.)
 
 The statistics are an OrderedDict(count=int32 t, m=..., v=...) whose m, v
 have the structure of the trainable weights; all functions are plain
-TensorFlow. `FixedStatistics` wraps U as a `tff.learning.optimizers.Optimizer`
-so the shared client loop runs it.
+TensorFlow. `FixedStatistics` wraps U (and `MovingStatistics` T then M) as a
+`tff.learning.optimizers.Optimizer` so the shared client loop runs it.
 """
 
 from __future__ import annotations
@@ -97,6 +105,10 @@ class GBOOptimizer(abc.ABC):
   def track(self, stats, grads) -> collections.OrderedDict:
     """T(g, s): the next statistics (count + 1)."""
 
+  @abc.abstractmethod
+  def moving_update(self, learning_rate, grads, stats):
+    """M(eta, g, s): the step with statistics `stats` = T(g, s_old) (MFL)."""
+
 
 @dataclasses.dataclass(frozen=True)
 class SGDm(GBOOptimizer):
@@ -123,6 +135,9 @@ class SGDm(GBOOptimizer):
     return collections.OrderedDict(
         count=stats['count'] + 1,
         m=_map(lambda m, g: b * m + (1.0 - b) * g, stats['m'], grads))
+
+  def moving_update(self, learning_rate, grads, stats):
+    return _map(lambda m: learning_rate * m, stats['m'])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -161,6 +176,9 @@ class RMSProp(GBOOptimizer):
     return collections.OrderedDict(
         count=stats['count'] + 1,
         v=_map(lambda v, g: b * v + (1.0 - b) * tf.square(g), stats['v'], grads))
+
+  def moving_update(self, learning_rate, grads, stats):
+    return self.update(learning_rate, grads, stats)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -209,6 +227,11 @@ class Adam(GBOOptimizer):
         count=stats['count'] + 1,
         m=_map(lambda m, g: b1 * m + (1.0 - b1) * g, stats['m'], grads),
         v=_map(lambda v, g: b2 * v + (1.0 - b2) * tf.square(g), stats['v'], grads))
+
+  def moving_update(self, learning_rate, grads, stats):
+    del grads  # in m already
+    m, denominator = self._moments(stats)
+    return _map(lambda m, d: learning_rate * m / d, m, denominator)
 
 
 def _check_beta(what, beta):
@@ -280,6 +303,43 @@ class FixedStatistics(tff.learning.optimizers.Optimizer):
         (k, v if k == 'count' else structure(v)) for k, v in stats.items())
     step = self._rule.update(state['learning_rate'], gradients, stats)
     return state, _map(tf.subtract, weights, step)
+
+  def get_hparams(self, state):
+    return collections.OrderedDict(learning_rate=state['learning_rate'])
+
+  def set_hparams(self, state, hparams):
+    state = collections.OrderedDict(state)
+    state['learning_rate'] = tf.cast(hparams['learning_rate'], tf.float32)
+    return state
+
+
+class MovingStatistics(tff.learning.optimizers.Optimizer):
+  """T then M as a TFF optimiser: the statistics move with every step (MFL).
+
+  State: the learning rate and the statistics side by side (count, m and/or
+  v), so that MFL averages the per-weight ones like a TFF optimiser's state.
+  """
+
+  def __init__(self, rule: GBOOptimizer, learning_rate: float = 0.1):
+    self._rule = rule
+    self._learning_rate = learning_rate
+
+  def initialize(self, specs):
+    state = collections.OrderedDict(
+        learning_rate=tf.constant(self._learning_rate, tf.float32))
+    state.update(self._rule.initialize(specs))
+    return state
+
+  def next(self, state, weights, gradients):
+    structure = lambda s: tf.nest.pack_sequence_as(weights, tf.nest.flatten(s))
+    stats = collections.OrderedDict(count=state['count'])
+    stats.update((k, structure(state[k])) for k in self._rule.statistic_names)
+    stats = self._rule.track(stats, gradients)
+    step = self._rule.moving_update(state['learning_rate'], gradients, stats)
+    new = collections.OrderedDict(learning_rate=state['learning_rate'], count=stats['count'])
+    new.update((k, tf.nest.pack_sequence_as(state[k], tf.nest.flatten(stats[k])))
+               for k in self._rule.statistic_names)
+    return new, _map(tf.subtract, weights, step)
 
   def get_hparams(self, state):
     return collections.OrderedDict(learning_rate=state['learning_rate'])

@@ -359,6 +359,66 @@ def test_cifar100_sqlite_end_to_end(tmp_path):
   assert _num_examples(task.test_data) == 5
 
 
+def _windows(image, crop):
+  """Every crop x crop window of `image` and of its mirror image, standardised."""
+  out = []
+  for img in (image, image[:, ::-1]):
+    for i in range(image.shape[0] - crop + 1):
+      for j in range(image.shape[1] - crop + 1):
+        out.append(tf.image.per_image_standardization(
+            tf.constant(img[i:i + crop, j:j + crop], tf.float32)).numpy())
+  return out
+
+
+def test_cifar100_training_images_are_randomly_cropped_and_flipped(tmp_path):
+  """Random 24x24 crop + flip (TFF's distortion), drawn from the per-(seed, round,
+  client) augmentation seed; central crop without it and for evaluation."""
+  from tff_algos import training
+  rng = np.random.RandomState(1)
+  n = 12
+  images = rng.randint(0, 256, size=(n, 32, 32, 3)).astype(np.uint8)
+  clients = {'0': ('train', collections.OrderedDict(
+      coarse_label=np.zeros(n, np.int64), image=images,
+      label=np.arange(n, dtype=np.int64))),
+             '9': ('test', collections.OrderedDict(
+                 coarse_label=np.zeros(2, np.int64), image=images[:2],
+                 label=np.arange(2, dtype=np.int64)))}
+  _write_sqlite(tmp_path / 'cifar100.sqlite', clients)
+  task = _build('cifar100_image', cache_dir=str(tmp_path), model='resnet18', batch_size=n)
+
+  def batch(**kw):
+    x, y = next(iter(task.client_dataset('0', **kw)))
+    return x.numpy(), y.numpy()
+
+  central = [tf.image.per_image_standardization(
+      tf.constant(img[4:28, 4:28], tf.float32)).numpy() for img in images]
+  x_plain, y_plain = batch()
+  np.testing.assert_allclose(x_plain, np.stack(central), atol=1e-5)
+  x_test, _ = next(iter(task.test_data))
+  np.testing.assert_allclose(x_test.numpy(), np.stack(central[:2]), atol=1e-5)
+
+  x_a, y_a = batch(augment_seed=7)
+  x_a2, _ = batch(augment_seed=7)
+  x_b, _ = batch(augment_seed=8)
+  np.testing.assert_array_equal(x_a, x_a2)           # reproducible
+  assert not np.allclose(x_a, x_b)                   # a new draw for another seed
+  np.testing.assert_array_equal(y_a, y_plain)
+  assert x_a.shape == (n, 24, 24, 3)
+  flipped = 0
+  for k in range(n):
+    windows = _windows(images[k], 24)
+    hits = [i for i, w in enumerate(windows) if np.allclose(w, x_a[k], atol=1e-5)]
+    assert hits, f'example {k} is not a crop of its image'
+    flipped += hits[0] >= len(windows) // 2
+  assert 0 < flipped < n
+  assert sum(not np.allclose(x_a[k], central[k], atol=1e-5) for k in range(n)) >= n // 2
+
+  # The trainer's seed: fresh per round and per client, a function of (seed, round, client).
+  seeds = {training.augment_seed(0, r, c) for r in range(5) for c in ('0', '1')}
+  assert len(seeds) == 10
+  assert training.augment_seed(3, 2, '0') == training.augment_seed(3, 2, '0')
+
+
 # ---------------------------------------------------------- missing files
 
 

@@ -53,7 +53,7 @@ FLAGS = flags.FLAGS
 # the experiment's smoke task and its own flags replace them).
 TASK_FLAGS = ('task', 'model', 'cache_dir', 'use_synthetic_data', 'num_clients',
               'dirichlet_alpha', 'partition', 'libsvm_path', 'l2_reg', 'unbalanced_sigma',
-              'synthetic_heterogeneity', 'max_eval_examples')
+              'synthetic_heterogeneity', 'max_eval_examples', 'max_client_examples')
 # Trainer flags a config may not set (the runner owns them).
 RUNNER_FLAGS = ('root_output_dir', 'experiment_name', 'total_rounds', 'clients_per_round',
                 'seed', 'rounds_per_eval', 'progress')

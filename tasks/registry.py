@@ -28,6 +28,7 @@ class TaskOptions:
   l2_reg: Optional[float] = None     # lambda of l2-regularised tasks (None = task default)
   unbalanced_sigma: float = 0.0      # lognormal client sizes (paper 003; 0 = balanced)
   synthetic_heterogeneity: str = 'homogeneous'  # synthetic_logistic: type1|type2|type3
+  max_client_examples: Optional[int] = None  # per-round cap of a client's examples
 
 
 Builder = Callable[[TaskOptions], Task]
@@ -48,7 +49,7 @@ _REGISTRY: dict[str, TaskSpec] = {}
 _TASK_MODULES = (
     'tasks.embedded', 'tasks.quadratic', 'tasks.emnist', 'tasks.shakespeare',
     'tasks.stackoverflow', 'tasks.cifar100', 'tasks.libsvm', 'tasks.cifar10',
-    'tasks.feddyn_data')
+    'tasks.feddyn_data', 'tasks.emnist_autoencoder', 'tasks.cifar10_image')
 
 
 def register(name: str, models: tuple[str, ...], description: str):
@@ -87,6 +88,8 @@ def check_options(name: str, options: TaskOptions) -> TaskSpec:
                     f'choose one of {", ".join(spec.models)}')
   if options.num_clients is not None and options.num_clients < 1:
     raise TaskError(f'num_clients must be >= 1, got {options.num_clients}')
+  if options.max_client_examples is not None and options.max_client_examples < 1:
+    raise TaskError(f'max_client_examples must be >= 1, got {options.max_client_examples}')
   if options.unbalanced_sigma < 0:
     raise TaskError(f'unbalanced_sigma must be >= 0, got {options.unbalanced_sigma}')
   return spec
@@ -95,4 +98,18 @@ def check_options(name: str, options: TaskOptions) -> TaskSpec:
 def get_task(name: str, options: Optional[TaskOptions] = None) -> Task:
   options = options or TaskOptions()
   spec = check_options(name, options)
-  return spec.builder(options)
+  return cap_client_examples(spec.builder(options), options.max_client_examples)
+
+
+def cap_client_examples(task: Task, cap: Optional[int]) -> Task:
+  """Each round a client trains on at most `cap` of its examples: the first `cap`
+  of its shuffled examples (google-research's max_elements_per_user, taken after
+  the shuffle as there), so a fresh subset every round."""
+  if cap is None:
+    return task
+  preprocess, augment = task.preprocess_fn, task.augment_fn
+  return dataclasses.replace(
+      task, preprocess_fn=lambda ds: preprocess(ds.take(cap)),
+      augment_fn=None if augment is None else (
+          lambda ds, seed: augment(ds.take(cap), seed)),
+      info=dict(task.info, max_client_examples=cap))

@@ -32,8 +32,10 @@ _EXPECTED_MODELS = {
     'stackoverflow_tag': ('logreg',),
     'stackoverflow_word': ('lstm',),
     'cifar100_image': ('resnet18', 'cnn004'),
+    'emnist_autoencoder': ('tff_ae',),
 }
 _SQLITE_NAME = {
+    'emnist_autoencoder': 'emnist_all.sqlite',
     'emnist_character': 'emnist_all.sqlite',
     'shakespeare_character': 'shakespeare.sqlite',
     'stackoverflow_tag': 'stackoverflow.sqlite',
@@ -151,6 +153,9 @@ def test_synthetic_forward_pass(name, model):
     assert tuple(y.shape[1:]) == (task.info['tag_vocab_size'],)
   elif name == 'stackoverflow_word':
     assert tuple(preds.shape[1:]) == (20, task.info['extended_vocab_size'])
+  elif name == 'emnist_autoencoder':
+    assert tuple(preds.shape[1:]) == (784,)
+    np.testing.assert_array_equal(x.numpy(), y.numpy())
 
   names = [v.name for v in m.trainable_variables]
   if name == 'stackoverflow_tag':
@@ -224,6 +229,47 @@ def test_emnist_sqlite_end_to_end(tmp_path):
   assert subset.info['num_available_train_clients'] == 3
   with pytest.raises(base.TaskError, match='only 3 training clients'):
     _build('emnist_character', cache_dir=str(tmp_path), num_clients=4)
+
+
+def test_emnist_autoencoder_sqlite_end_to_end(tmp_path):
+  """TFF's autoencoder data (x = 1 - pixels, target x) and model; the loss is the
+  per-example MSE summed over the batch (Reddi et al.'s code), the metric its mean."""
+  clients = {'w0': ('all_train', _emnist_examples(5, 0)),
+             't0': ('all_test', _emnist_examples(3, 1))}
+  _write_sqlite(tmp_path / 'emnist_all.sqlite', clients)
+  task = _build('emnist_autoencoder', cache_dir=str(tmp_path), batch_size=4)
+  assert task.client_ids == ['w0'] and task.info['model'] == 'tff_ae'
+  x, y = next(iter(task.client_dataset('w0')))
+  want = 1 - clients['w0'][1]['pixels'][:4].reshape(4, 784)
+  np.testing.assert_allclose(x.numpy(), want, atol=1e-6)
+  np.testing.assert_array_equal(x.numpy(), y.numpy())
+  model = task.model_fn()
+  assert sum(int(np.prod(v.shape)) for v in model.trainable_variables) == 2_837_314
+  out = model.forward_pass((x, y), training=False)
+  per_example = np.mean((out.predictions.numpy() - want) ** 2, axis=1)
+  assert float(out.loss) == pytest.approx(per_example.sum(), rel=1e-4)
+  metrics = model.report_local_unfinalized_metrics()
+  assert 'mean_squared_error' in metrics
+  total, count = (float(v) for v in metrics['mean_squared_error'])
+  assert total / count == pytest.approx(per_example.mean(), rel=1e-4)
+  assert _num_examples(task.test_data) == 3
+
+
+def test_client_example_cap_takes_a_fresh_subset_each_round():
+  from tasks import get_task
+  task = get_task('digits', registry.TaskOptions(batch_size=1000, max_client_examples=5))
+  assert task.info['max_client_examples'] == 5
+  cid = task.client_ids[0]
+  full = task.train_data.create_tf_dataset_for_client(cid)
+  assert sum(1 for _ in full) > 5
+  draws = [next(iter(task.client_dataset(cid, shuffle_seed=s)))['x'].numpy()
+           for s in range(4)]
+  assert all(len(d) == 5 for d in draws)
+  rows = {tuple(r) for r in next(iter(full.batch(1000)))['x'].numpy()}
+  assert all(tuple(r) in rows for d in draws for r in d)
+  assert len({tuple(map(tuple, d)) for d in draws}) > 1  # a new subset per seed
+  with pytest.raises(base.TaskError, match='max_client_examples'):
+    get_task('digits', registry.TaskOptions(max_client_examples=0))
 
 
 def test_shakespeare_sqlite_end_to_end(tmp_path):
@@ -468,3 +514,48 @@ def test_download_flag_hands_over_to_tff(tmp_path, monkeypatch):
   monkeypatch.setenv(tff_data.ALLOW_DOWNLOAD_ENV, '1')
   with pytest.raises(AssertionError, match='network access attempted'):
     _build('cifar100_image', cache_dir=str(tmp_path), model='cnn004')
+
+
+# ------------------------------------------------ CIFAR-10 of Reddi et al.
+
+
+def test_cifar10_lda_split_is_reddis_500_clients_of_100():
+  from tasks import cifar10_image
+  labels = np.repeat(np.arange(10), 5000).astype(np.int32)
+  parts = cifar10_image.lda_split(labels, 500, 0.1, seed=0)
+  assert len(parts) == 500 and {len(p) for p in parts} == {100}
+  flat = np.concatenate(parts)
+  assert len(np.unique(flat)) == 50_000  # every image exactly once
+  top_share = [np.bincount(labels[p], minlength=10).max() / 100 for p in parts]
+  assert np.median(top_share) > 0.45     # alpha = 0.1: a dominant class (IID: ~0.16)
+  again = cifar10_image.lda_split(labels, 500, 0.1, seed=0)
+  assert all(np.array_equal(a, b) for a, b in zip(parts, again))
+
+
+def test_cifar10_image_missing_data_fails_in_one_line(tmp_path):
+  from tasks import get_task
+  with pytest.raises(base.TaskError) as err:
+    get_task('cifar10_image', registry.TaskOptions(cache_dir=str(tmp_path)))
+  message = str(err.value)
+  assert '\n' not in message
+  assert str(tmp_path / 'cifar10') in message and 'tfds build cifar10' in message
+
+
+def test_cifar10_image_loads_through_tfds_mock_data(tmp_path):
+  import tensorflow_datasets as tfds
+  from tasks import get_task
+  (tmp_path / 'cifar10').mkdir()
+  with tfds.testing.mock_data(num_examples=80):
+    task = get_task('cifar10_image', registry.TaskOptions(
+        cache_dir=str(tmp_path), batch_size=5, num_clients=4, dirichlet_alpha=0.1))
+  assert len(task.client_ids) == 4 and task.info['examples_per_client'] == 20
+  x, y = next(iter(task.client_dataset(task.client_ids[0], augment_seed=1)))
+  x2, _ = next(iter(task.client_dataset(task.client_ids[0], augment_seed=1)))
+  assert x.shape == (5, 24, 24, 3) and x.dtype == tf.float32
+  np.testing.assert_array_equal(x.numpy(), x2.numpy())
+  model = task.model_fn()
+  out = model.forward_pass((x, y), training=False)
+  assert out.predictions.shape == (5, 10) and np.isfinite(float(out.loss))
+  assert any('group_normalization' in v.name for v in model.trainable_variables)
+  xt, _ = next(iter(task.test_data))
+  assert xt.shape[1:] == (24, 24, 3)

@@ -65,6 +65,8 @@ flags.DEFINE_integer('local_steps', None, 'Local steps K_0 per round (overrides 
 flags.DEFINE_float('local_steps_decay', 1.0, 'd_K: K_t = ceil(K_0 d_K^t).')
 flags.DEFINE_float('client_lr_decay', 1.0, 'd_gamma: gamma_t = gamma_0 d_gamma^t.')
 flags.DEFINE_float('server_lr_decay', 1.0, 'd_eta: eta_t = eta_0 d_eta^t.')
+flags.DEFINE_list('client_lr_milestones', None, 'nastya/fedrr: gamma divided by 10 at each '
+                  'of these rounds (PyTorch MultiStepLR; paper 001: 150,200).')
 flags.DEFINE_bool('uniform_weighting', False, 'Weight clients equally (not by examples).')
 # LocalUpdate / LocalUpdateDecay (paper 002).
 flags.DEFINE_string('theta', 'reptile', 'LocalUpdate step weights: reptile, fomaml, kmaml, '

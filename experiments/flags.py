@@ -39,9 +39,9 @@ flags.DEFINE_string('libsvm_path', None, 'LIBSVM-format file for --task=logistic
 flags.DEFINE_float('l2_reg', None, 'l2 regularisation lambda (logistic; default L/n).')
 flags.DEFINE_float('unbalanced_sigma', 0.0, 'Paper-003 splits: lognormal client sizes '
                    '(sigma; paper 0.3), 0 = balanced.')
-flags.DEFINE_integer('max_client_examples', None, 'A client trains on at most this many '
-                     'of its (shuffled) examples per round (google-research\'s '
-                     'max_elements_per_user; Reddi et al.: 1000 on StackOverflow).')
+flags.DEFINE_integer('max_elements_per_user', None, 'Each round a client trains on the '
+                     'first N of its shuffled examples (google-research\'s flag: a fresh '
+                     'subset every round; Reddi et al.: 1000 on StackOverflow).')
 flags.DEFINE_enum('synthetic_heterogeneity', 'homogeneous',
                   ['homogeneous', 'type1', 'type2', 'type3'],
                   'synthetic_logistic (paper 003 A.1): which heterogeneity is on.')
@@ -142,7 +142,7 @@ def task_options() -> TaskOptions:
                      libsvm_path=FLAGS.libsvm_path, l2_reg=FLAGS.l2_reg,
                      unbalanced_sigma=FLAGS.unbalanced_sigma,
                      synthetic_heterogeneity=FLAGS.synthetic_heterogeneity,
-                     max_client_examples=FLAGS.max_client_examples)
+                     max_elements_per_user=FLAGS.max_elements_per_user)
 
 
 def hparams(grid: bool = False) -> registry.HParams:

@@ -28,7 +28,7 @@ class TaskOptions:
   l2_reg: Optional[float] = None     # lambda of l2-regularised tasks (None = task default)
   unbalanced_sigma: float = 0.0      # lognormal client sizes (paper 003; 0 = balanced)
   synthetic_heterogeneity: str = 'homogeneous'  # synthetic_logistic: type1|type2|type3
-  max_client_examples: Optional[int] = None  # per-round cap of a client's examples
+  max_elements_per_user: Optional[int] = None  # per-round cap of a client's examples
 
 
 Builder = Callable[[TaskOptions], Task]
@@ -88,8 +88,9 @@ def check_options(name: str, options: TaskOptions) -> TaskSpec:
                     f'choose one of {", ".join(spec.models)}')
   if options.num_clients is not None and options.num_clients < 1:
     raise TaskError(f'num_clients must be >= 1, got {options.num_clients}')
-  if options.max_client_examples is not None and options.max_client_examples < 1:
-    raise TaskError(f'max_client_examples must be >= 1, got {options.max_client_examples}')
+  cap = options.max_elements_per_user
+  if cap is not None and cap < 1:
+    raise TaskError(f'max_elements_per_user must be >= 1, got {cap}')
   if options.unbalanced_sigma < 0:
     raise TaskError(f'unbalanced_sigma must be >= 0, got {options.unbalanced_sigma}')
   return spec
@@ -98,13 +99,13 @@ def check_options(name: str, options: TaskOptions) -> TaskSpec:
 def get_task(name: str, options: Optional[TaskOptions] = None) -> Task:
   options = options or TaskOptions()
   spec = check_options(name, options)
-  return cap_client_examples(spec.builder(options), options.max_client_examples)
+  return cap_per_round(spec.builder(options), options.max_elements_per_user)
 
 
-def cap_client_examples(task: Task, cap: Optional[int]) -> Task:
+def cap_per_round(task: Task, cap: Optional[int]) -> Task:
   """Each round a client trains on at most `cap` of its examples: the first `cap`
   of its shuffled examples (google-research's max_elements_per_user, taken after
-  the shuffle as there), so a fresh subset every round."""
+  the shuffle as there), so a fresh subset every round when it reshuffles."""
   if cap is None:
     return task
   preprocess, augment = task.preprocess_fn, task.augment_fn
@@ -112,4 +113,4 @@ def cap_client_examples(task: Task, cap: Optional[int]) -> Task:
       task, preprocess_fn=lambda ds: preprocess(ds.take(cap)),
       augment_fn=None if augment is None else (
           lambda ds, seed: augment(ds.take(cap), seed)),
-      info=dict(task.info, max_client_examples=cap))
+      info=dict(task.info, max_elements_per_user=cap))

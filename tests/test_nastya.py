@@ -319,18 +319,6 @@ def test_fedrr_with_a_milestone_steps_at_gamma_over_10_after_it():
   np.testing.assert_allclose(_x(stepped), _x(second), rtol=0, atol=1e-6)
 
 
-def test_paper001_cifar10_tuned_sgd_runs_the_step_schedule():
-  from experiments import reproduce
-  from experiments.configs import paper001
-  plans = {p.label: p for p in reproduce.trainer_plans(paper001.CIFAR10, 'full')}
-  assert '--client_lr_milestones=150,200' in plans['sgd'].command('out')
-  assert plans['sgd'].flags['client_learning_rate'] == 0.2
-  _, hp, _ = reproduce.validate_plan(plans['sgd'])
-  assert list(hp.client_lr_milestones) == ['150', '200']
-  with pytest.raises(ValueError, match='client_lr_milestones'):
-    registry.check('fedavg', HParams(client_lr_milestones=['150']))
-
-
 # ------------------------------------------------------------- server steps
 
 

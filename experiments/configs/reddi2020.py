@@ -6,15 +6,15 @@ the average over the last 100 rounds of test accuracy (CIFAR-10, CIFAR-100,
 EMNIST CR, Shakespeare, StackOverflow NWP), of recall@5 (StackOverflow LR) or of
 the mean squared error (EMNIST AE; published x 1000, lower is better).
 
-Settings (clients per round, batch size, rounds, 1 client epoch, client sampling
-seed 1, per-user caps) and the tuned learning rates / epsilons come from the
-authors' repository, google-research/federated, optimization/docs/
-hyperparameters.md ("Default values", "Best hyperparameters", base-10 logs):
+Settings (clients per round, batch size, rounds, 1 client epoch, per-user caps)
+and the tuned learning rates / epsilons come from the authors' repository,
+google-research/federated, optimization/docs/hyperparameters.md ("Default
+values", "Best hyperparameters", base-10 logs):
 `SETTINGS` and `BEST` below. CIFAR-10 is not in that document: its FedAdagrad,
-FedAdam and FedAvg values are the paper's as transcribed by Flower's reproduction
-of this paper (baselines/.../adaptive_federated_optimization/conf/cifar10), and
-its FedYogi and FedAvgM values are assumed (`ASSUMED`): FedYogi = FedAdam, as on
-every task of the document, and FedAvgM = CIFAR-100's.
+FedAdam and FedAvg values are the paper's as transcribed by Flower's baseline of
+this paper (adap/flower), and its FedYogi and FedAvgM values are assumed
+(`ASSUMED`): FedYogi = FedAdam, as on every task of the document, and FedAvgM =
+CIFAR-100's. Their client-sampling seed (1) is not copied: runs use `--seed=0`.
 
 Server optimisers as in their code (Keras): FedAdagrad with epsilon outside the
 square root (`--server_optimizer=adagrad`, initial accumulator 0), FedAdam and

@@ -43,6 +43,9 @@ flags.DEFINE_string('libsvm_path', None, 'LIBSVM-format file for --task=logistic
 flags.DEFINE_float('l2_reg', None, 'l2 regularisation lambda (logistic; default L/n).')
 flags.DEFINE_float('unbalanced_sigma', 0.0, 'Paper-003 splits: lognormal client sizes '
                    '(sigma; paper 0.3), 0 = balanced.')
+flags.DEFINE_integer('max_elements_per_user', None, 'Each round a client trains on the '
+                     'first N of its shuffled examples (google-research\'s flag: a fresh '
+                     'subset every round; Reddi et al.: 1000 on StackOverflow).')
 flags.DEFINE_enum('synthetic_heterogeneity', 'homogeneous',
                   ['homogeneous', 'type1', 'type2', 'type3'],
                   'synthetic_logistic (paper 003 A.1): which heterogeneity is on.')
@@ -66,6 +69,8 @@ flags.DEFINE_integer('local_steps', None, 'Local steps K_0 per round (overrides 
 flags.DEFINE_float('local_steps_decay', 1.0, 'd_K: K_t = ceil(K_0 d_K^t).')
 flags.DEFINE_float('client_lr_decay', 1.0, 'd_gamma: gamma_t = gamma_0 d_gamma^t.')
 flags.DEFINE_float('server_lr_decay', 1.0, 'd_eta: eta_t = eta_0 d_eta^t.')
+flags.DEFINE_list('client_lr_milestones', None, 'nastya/fedrr: gamma divided by 10 at each '
+                  'of these rounds (PyTorch MultiStepLR; paper 001: 150,200).')
 flags.DEFINE_bool('uniform_weighting', False, 'Weight clients equally, 1/M (TFF\'s '
                   'ClientWeighting.UNIFORM), not by examples n_i (NUM_EXAMPLES).')
 # LocalUpdate / LocalUpdateDecay (paper 002).
@@ -144,7 +149,8 @@ def task_options() -> TaskOptions:
                      unbalanced_sigma=FLAGS.unbalanced_sigma,
                      synthetic_heterogeneity=FLAGS.synthetic_heterogeneity,
                      max_client_examples=FLAGS.max_client_examples,
-                     test_examples=FLAGS.test_examples)
+                     test_examples=FLAGS.test_examples,
+                     max_elements_per_user=FLAGS.max_elements_per_user)
 
 
 def hparams(grid: bool = False) -> registry.HParams:

@@ -1,8 +1,8 @@
 """Reproduce a published table or figure, and compare with the published numbers.
 
     python -m experiments.reproduce --list
-    python -m experiments.reproduce --experiment=fedopt_baselines_emnist_fedavg --scale=smoke
-    python -m experiments.reproduce --experiment=fedopt_baselines_emnist_fedavg --scale=full \
+    python -m experiments.reproduce --experiment=fedopt_baselines_emnist_cr_fedavg --scale=smoke
+    python -m experiments.reproduce --experiment=fedopt_baselines_emnist_cr_fedavg --scale=full \
         --cache_dir=~/.tff                        # the paper's setting; resumable
     python -m experiments.reproduce --report      # every result under --root_output_dir
 
@@ -55,7 +55,7 @@ FLAGS = flags.FLAGS
 TASK_FLAGS = ('task', 'model', 'cache_dir', 'use_synthetic_data', 'num_clients',
               'dirichlet_alpha', 'partition', 'libsvm_path', 'l2_reg', 'unbalanced_sigma',
               'synthetic_heterogeneity', 'max_eval_examples', 'max_client_examples',
-              'test_examples')
+              'test_examples', 'max_elements_per_user')
 # Trainer flags a config may not set (the runner owns them).
 RUNNER_FLAGS = ('root_output_dir', 'experiment_name', 'total_rounds', 'clients_per_round',
                 'seed', 'rounds_per_eval', 'progress')
@@ -236,12 +236,13 @@ def run_metric(rows: Sequence[dict], summary: dict, metric: str) -> Optional[flo
   if metric == 'max_accuracy':
     evals = _evals(rows, acc) if acc else []
     return max(v for _, v in evals) if evals else None
-  m = re.fullmatch(r'mean_accuracy_last(\d+)', metric)
-  if m:
-    if not acc or not rows:
+  m = re.fullmatch(r'mean_(\w+?)_last(\d+)', metric)
+  if m:  # mean of an evaluation metric (accuracy: see accuracy_key) over the last N rounds
+    key = acc if m.group(1) == 'accuracy' else f'eval/{m.group(1)}'
+    if not key or not rows:
       return None
     last = rows[-1]['round']
-    window = [v for r, v in _evals(rows, acc) if r > last - int(m.group(1))]
+    window = [v for r, v in _evals(rows, key) if r > last - int(m.group(2))]
     return float(sum(window) / len(window)) if window else None
   if metric in ('final_loss', 'final_train_loss'):
     key = _loss_key(rows, 'eval/' if metric == 'final_loss' else 'client_work/train/')
@@ -557,7 +558,10 @@ def list_lines(experiments: dict[str, base.Experiment]) -> list[str]:
   for name, exp in experiments.items():
     kind = 'binary' if isinstance(exp.runner, base.Binary) else \
         f'{len(exp.runner.runs)} runs'
-    lines.append(f'{name:52s} {exp.ref:28s} {kind:10s} {exp.expected_runtime}')
+    values = [f'{p.value:.4g}' for p in exp.published]
+    shown = ', '.join(values[:3]) + (f' +{len(values) - 3}' if len(values) > 3 else '')
+    lines.append(f'{name:52s} {exp.ref:28s} {kind:10s} published: {shown or "—":22s} '
+                 f'{exp.expected_runtime}')
   return lines
 
 

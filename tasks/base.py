@@ -7,6 +7,8 @@ A `Task` is what an algorithm and the trainer need from a dataset/model pair:
 * `preprocess_fn`: raw client dataset -> batched dataset covering ONE epoch, with
   no shuffling (the trainer shuffles the raw examples with a seed derived from
   (seed, round, client), so runs are reproducible and resumable);
+* `augment_fn` (optional): the same with random data augmentation drawn from a
+  seed, which the trainer derives from (seed, round, client);
 * `test_data`: a centralised, already batched evaluation `tf.data.Dataset`
   (or None);
 * `model_fn`: a no-arg callable building a fresh `tff.learning.models.VariableModel`
@@ -40,22 +42,29 @@ class Task:
   info: dict[str, Any] = dataclasses.field(default_factory=dict)
   # False where shuffling cannot change anything (e.g. one example per client).
   shuffle: bool = True
+  # (raw client dataset, seed) -> batches with random augmentation (training only).
+  augment_fn: Optional[Callable[[tf.data.Dataset, int], tf.data.Dataset]] = None
 
   @property
   def client_ids(self) -> list[str]:
     return list(self.train_data.client_ids)
 
   def client_dataset(self, client_id: str, shuffle_seed: Optional[int] = None,
-                     reshuffle_each_epoch: bool = True) -> tf.data.Dataset:
+                     reshuffle_each_epoch: bool = True,
+                     augment_seed: Optional[int] = None) -> tf.data.Dataset:
     """Batched one-epoch dataset of a client, its raw examples shuffled by seed.
 
     When the round repeats the dataset (K steps > one epoch), each further pass
     is reshuffled (deterministically) unless `reshuffle_each_epoch` is False.
+    With `augment_seed`, a task with an `augment_fn` draws its augmentation
+    from it; without, such a task gives its evaluation preprocessing.
     """
     ds = self.train_data.create_tf_dataset_for_client(client_id)
     if shuffle_seed is not None and self.shuffle:
       ds = ds.shuffle(_SHUFFLE_BUFFER, seed=shuffle_seed,
                       reshuffle_each_iteration=reshuffle_each_epoch)
+    if augment_seed is not None and self.augment_fn is not None:
+      return self.augment_fn(ds, augment_seed)
     return self.preprocess_fn(ds)
 
 

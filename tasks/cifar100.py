@@ -1,12 +1,16 @@
 """CIFAR-100 image classification on TFF's federated CIFAR-100 (500 clients).
 
-* 'resnet18': TFF's baseline exactly: ResNet-18 with GroupNorm on central
-  24x24 crops (TFF's default crop), per-image standardisation.
-* 'cnn004': paper 004's CNN (`tasks.models.cifar_cnn_004`) on central 28x28
-  crops with TFF's same preprocessing otherwise.
+* 'resnet18': TFF's baseline: ResNet-18 with GroupNorm on 24x24 crops (TFF's
+  default crop), per-image standardisation.
+* 'cnn004': paper 004's CNN (`tasks.models.cifar_cnn_004`) on 28x28 crops
+  with TFF's same preprocessing otherwise.
 
-Training crops are central, not random: paper 004 uses random crops and flips,
-but TFF's random distortion is unseeded, which would break reproducible runs.
+Training images are distorted as TFF's baseline with `distort_train_images`,
+Reddi et al. and papers 002/004 do: a random crop of the model's size and a
+random horizontal flip, drawn by stateless ops from the trainer's per-(seed,
+round, client) seed (`tasks.image_augment`), so runs stay reproducible.
+Evaluation (and a client dataset asked for without that seed) uses the central
+crop.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from tensorflow_federated.python.simulation.baselines.cifar100 import image_clas
 from tensorflow_federated.python.simulation.baselines.cifar100 import image_classification_tasks
 
 from tasks import base
+from tasks import image_augment
 from tasks import models
 from tasks import registry
 from tasks import tff_data
@@ -75,6 +80,8 @@ def build(options: registry.TaskOptions) -> base.Task:
       model_fn=model_fn,
       test_data=tff_data.centralized_test_data(raw.test,
                                                datasets.eval_preprocess_fn),
+      augment_fn=image_augment.augmenting_preprocess((height, width, 3),
+                                                     options.batch_size),
       info=tff_data.task_info(raw, train, model, num_classes=NUM_CLASSES,
-                              crop=(height, width),
+                              crop=(height, width), train_augmentation='random crop, flip',
                               eval_batch_size=EVAL_BATCH_SIZE))

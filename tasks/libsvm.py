@@ -332,8 +332,9 @@ class WithReplacementTask(base.Task):
   """
 
   def client_dataset(self, client_id: str, shuffle_seed: Optional[int] = None,
-                     reshuffle_each_epoch: bool = True) -> tf.data.Dataset:
-    del reshuffle_each_epoch
+                     reshuffle_each_epoch: bool = True,
+                     augment_seed: Optional[int] = None) -> tf.data.Dataset:
+    del reshuffle_each_epoch, augment_seed
     if shuffle_seed is None:
       raise ValueError('sampling with replacement needs a seed (shuffle="rr")')
     arrays = self.train_data.client_arrays(client_id)

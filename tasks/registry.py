@@ -30,6 +30,7 @@ class TaskOptions:
   synthetic_heterogeneity: str = 'homogeneous'  # synthetic_logistic: type1|type2|type3
   max_client_examples: Optional[int] = None  # each client keeps its first N examples
   test_examples: Optional[int] = None  # the test set is its first N examples (fixed)
+  max_elements_per_user: Optional[int] = None  # per-round cap of a client's examples
 
 
 Builder = Callable[[TaskOptions], Task]
@@ -50,7 +51,7 @@ _REGISTRY: dict[str, TaskSpec] = {}
 _TASK_MODULES = (
     'tasks.embedded', 'tasks.quadratic', 'tasks.emnist', 'tasks.shakespeare',
     'tasks.stackoverflow', 'tasks.cifar100', 'tasks.libsvm', 'tasks.cifar10',
-    'tasks.feddyn_data')
+    'tasks.feddyn_data', 'tasks.emnist_autoencoder', 'tasks.cifar10_image')
 
 
 def register(name: str, models: tuple[str, ...], description: str):
@@ -89,6 +90,9 @@ def check_options(name: str, options: TaskOptions) -> TaskSpec:
                     f'choose one of {", ".join(spec.models)}')
   if options.num_clients is not None and options.num_clients < 1:
     raise TaskError(f'num_clients must be >= 1, got {options.num_clients}')
+  cap = options.max_elements_per_user
+  if cap is not None and cap < 1:
+    raise TaskError(f'max_elements_per_user must be >= 1, got {cap}')
   if options.unbalanced_sigma < 0:
     raise TaskError(f'unbalanced_sigma must be >= 0, got {options.unbalanced_sigma}')
   for field in ('max_client_examples', 'test_examples'):
@@ -101,8 +105,9 @@ def check_options(name: str, options: TaskOptions) -> TaskSpec:
 def get_task(name: str, options: Optional[TaskOptions] = None) -> Task:
   options = options or TaskOptions()
   spec = check_options(name, options)
-  return limit_examples(spec.builder(options), options.max_client_examples,
+  task = limit_examples(spec.builder(options), options.max_client_examples,
                         options.test_examples)
+  return cap_per_round(task, options.max_elements_per_user)
 
 
 def limit_examples(task: Task, max_client_examples: Optional[int],
@@ -126,3 +131,17 @@ def limit_examples(task: Task, max_client_examples: Optional[int],
   info = dict(task.info, max_client_examples=max_client_examples,
               test_examples=test_examples)
   return dataclasses.replace(task, info=info, **changes)
+
+
+def cap_per_round(task: Task, cap: Optional[int]) -> Task:
+  """Each round a client trains on at most `cap` of its examples: the first `cap`
+  of its shuffled examples (google-research's max_elements_per_user, taken after
+  the shuffle as there), so a fresh subset every round when it reshuffles."""
+  if cap is None:
+    return task
+  preprocess, augment = task.preprocess_fn, task.augment_fn
+  return dataclasses.replace(
+      task, preprocess_fn=lambda ds: preprocess(ds.take(cap)),
+      augment_fn=None if augment is None else (
+          lambda ds, seed: augment(ds.take(cap), seed)),
+      info=dict(task.info, max_elements_per_user=cap))

@@ -106,7 +106,7 @@ def _server_rounds(task, init_weights, data, spec, rounds):
   return trainable(alg.process, state)
 
 
-@pytest.mark.parametrize('name', ['adam', 'yogi'])
+@pytest.mark.parametrize('name', ['adam', 'yogi', 'adagrad'])
 def test_adaptive_server_steps_match_formulas(task, client_data, init_weights, name):
   """Two rounds of FedAdam / FedYogi against the update rules in numpy.
 
@@ -118,7 +118,7 @@ def test_adaptive_server_steps_match_formulas(task, client_data, init_weights, n
   # are normalised to steps of size ~lr, so rounding noise of 1e-8 in q moved
   # one weight of 640 by 1e-4 (seen in CI). The formulas tested are the same.
   spec = optimizers.OptimizerSpec(name, 0.03, epsilon=1e-3)
-  b1, b2, eps = spec.get('beta_1'), spec.get('beta_2'), spec.get('epsilon')
+  b1, b2, eps = spec.get('beta_1') or 0.0, spec.get('beta_2') or 0.0, spec.get('epsilon')
   sgd = fedopt.build_fedopt(task.model_fn, fedopt.FedOptConfig(
       client_optimizer=optimizers.OptimizerSpec('sgd', 0.1), local_steps=3))
 
@@ -136,6 +136,10 @@ def test_adaptive_server_steps_match_formulas(task, client_data, init_weights, n
     for i, g in enumerate(q):
       g = g.astype(np.float64)
       m[i] = b1 * m[i] + (1 - b1) * g
+      if name == 'adagrad':  # Keras: v <- v + g^2, x <- x - lr g / (sqrt(v) + eps)
+        v[i] = v[i] + g ** 2
+        x[i] = x[i] - spec.learning_rate * g / (np.sqrt(v[i]) + eps)
+        continue
       if name == 'adam':
         v[i] = b2 * v[i] + (1 - b2) * g ** 2
       else:  # Yogi: v <- v - (1 - b2) g^2 sign(v - g^2)
@@ -143,6 +147,35 @@ def test_adaptive_server_steps_match_formulas(task, client_data, init_weights, n
       x[i] = x[i] - lr_t * m[i] / (np.sqrt(v[i]) + eps)
   got = _server_rounds(task, init_weights, client_data, spec, 2)
   assert_close(got, x, 2e-5)
+
+
+def _one_step(spec, weight, gradient):
+  opt = spec.build()
+  w = [tf.constant([weight], tf.float32)]
+  state = opt.initialize([tf.TensorSpec([1], tf.float32)])
+  _, new = opt.next(state, w, [tf.constant([gradient], tf.float32)])
+  return float(new[0][0])
+
+
+def test_adagrad_puts_epsilon_outside_the_square_root():
+  """One coordinate, one step from a zero accumulator, g = eps = 1e-2, lr = 1:
+  Keras/Reddi et al. step g / (|g| + eps) = 0.5; TFF's g / sqrt(g^2 + eps) = 0.0995."""
+  keras = optimizers.OptimizerSpec('adagrad', 1.0, epsilon=1e-2, initial_accumulator=0.0)
+  tff_form = optimizers.OptimizerSpec('adagrad_tff', 1.0, epsilon=1e-2,
+                                      initial_accumulator=0.0)
+  assert _one_step(keras, 0.0, 1e-2) == pytest.approx(-0.5, rel=1e-6)
+  assert _one_step(tff_form, 0.0, 1e-2) == pytest.approx(-0.01 / np.sqrt(1e-4 + 1e-2),
+                                                         rel=1e-6)
+  # The accumulator grows: a second equal gradient steps g / (sqrt(2) |g| + eps).
+  opt = keras.build()
+  state = opt.initialize([tf.TensorSpec([1], tf.float32)])
+  w = [tf.constant([0.0])]
+  for _ in range(2):
+    state, w = opt.next(state, w, [tf.constant([1e-2])])
+  assert float(w[0][0]) == pytest.approx(-0.5 - 0.01 / (np.sqrt(2) * 0.01 + 0.01), rel=1e-6)
+  # TFF's learning-rate schedule sees the same hparams as TFF's Adagrad.
+  assert set(opt.get_hparams(state)) == {'learning_rate', 'epsilon'}
+  assert float(opt.set_hparams(state, {'learning_rate': 0.5})['learning_rate']) == 0.5
 
 
 def test_decay_schedules_reach_clients(task, client_data, init_weights):

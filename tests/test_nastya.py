@@ -292,6 +292,33 @@ def test_fedrr_averages_local_models_for_unequal_clients():
   np.testing.assert_allclose(_x(state), np.mean(models, axis=0), rtol=0, atol=1e-12)
 
 
+def test_step_schedule_divides_gamma_by_10_at_the_milestones():
+  """Paper 001 section 8: 0.2, divided by 10 at epochs 150 and 200 (host and graph)."""
+  from tff_algos.core import schedules
+  sched = nastya.NastyaConfig(0.2, client_lr_milestones=(150, 200)).client_lr()
+  for t, want in ((0, 0.2), (149, 0.2), (150, 0.02), (199, 0.02), (200, 0.002), (400, 0.002)):
+    assert sched(t) == pytest.approx(want)
+    assert float(sched(tf.constant(t))) == pytest.approx(want, rel=1e-6)
+  with pytest.raises(ValueError, match='increasing'):
+    schedules.StepDecay(0.2, (200, 150))
+  with pytest.raises(ValueError, match='not both'):
+    nastya.NastyaConfig(0.2, client_lr_decay=0.9, client_lr_milestones=(5,))
+
+
+def test_fedrr_with_a_milestone_steps_at_gamma_over_10_after_it():
+  """Two FedRR rounds with gamma / 10 from round 1 = one round at gamma, then one at
+  gamma / 10 from there."""
+  x, y = libsvm.breast_cancer_arrays()
+  task = libsvm.build_logistic(x[:60], y[:60], num_clients=2, batch_size=4)
+  data, x0, gamma = _fixed_data(task), _x0(5), 2.0 ** -3
+  stepped, _ = _run(registry.build('fedrr', task.model_fn, HParams(
+      client_learning_rate=gamma, client_lr_milestones=['1'])), x0, data, 2)
+  first, _ = _run(nastya.build_fedrr(task.model_fn, gamma), x0, data, 1)
+  second, _ = _run(nastya.build_fedrr(task.model_fn, gamma / 10), _x(first), data, 1)
+  assert np.linalg.norm(_x(second) - _x(first)) > 1e-4
+  np.testing.assert_allclose(_x(stepped), _x(second), rtol=0, atol=1e-6)
+
+
 # ------------------------------------------------------------- server steps
 
 

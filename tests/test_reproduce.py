@@ -331,3 +331,116 @@ def test_paper002_tuned_etas_of_app_d_and_table2_are_compared():
                           'log10_eta.emnist_character.1e-1') == -2.0
   assert [paper002.gamma_key(g) for g in (0, 1e-3, 0.1, 1, 100, 0.5)] == [
       '0', '1e-3', '1e-1', '1e0', '1e2', '0p5']
+
+
+# ------------------------------------------------ Reddi et al. 2021, Table 2
+
+REDDI_TABLE2 = {  # task short name -> FedAdagrad, FedAdam, FedYogi, FedAvgM, FedAvg
+    'cifar10': (72.1, 77.4, 78.0, 77.4, 72.8),
+    'cifar100': (47.9, 52.5, 52.4, 52.4, 44.7),
+    'emnist_cr': (85.1, 85.6, 85.5, 85.2, 84.9),
+    'shakespeare': (57.5, 57.0, 57.2, 57.3, 56.9),
+    'stackoverflow_nwp': (23.8, 25.2, 25.2, 23.8, 19.5),
+    'stackoverflow_lr': (67.1, 65.8, 65.9, 36.9, 30.0),
+    'emnist_ae': (4.20, 1.01, 0.98, 1.65, 6.47),
+}
+REDDI_METHODS = ('fedadagrad', 'fedadam', 'fedyogi', 'fedavgm', 'fedavg')
+
+
+def _reddi_plan(task, method):
+  from experiments import configs
+  exp = configs.get(f'fedopt_baselines_{task}_{method}')
+  (plan,) = reproduce.trainer_plans(exp, 'full')
+  return exp, plan
+
+
+def test_reddi_table2_one_experiment_per_task_and_method():
+  from experiments import configs
+  names = [n for n in configs.all_experiments() if n.startswith('fedopt_baselines_')]
+  assert len(names) == 35
+  for task, values in REDDI_TABLE2.items():
+    for method, value in zip(REDDI_METHODS, values):
+      exp, plan = _reddi_plan(task, method)
+      (pub,) = exp.published
+      if task == 'emnist_ae':  # MSE x 1000 in the paper; stored as the MSE
+        assert pub.key == f'{method}/mean_mean_squared_error_last100'
+        assert pub.value == pytest.approx(value / 1000) and 'lower is better' in pub.label
+      else:
+        assert pub.key == f'{method}/mean_accuracy_last100'
+        assert pub.value == pytest.approx(value / 100)
+      assert plan.flags['algorithm'] == 'fedavg' and plan.flags['client_epochs_per_round'] == 1
+
+
+def test_reddi_tuned_hyperparameters_and_settings():
+  f = _reddi_plan('cifar100', 'fedyogi')[1].flags
+  assert (f['task'], f['model'], f['client_batch_size'], f['clients_per_round'],
+          f['total_rounds']) == ('cifar100_image', 'resnet18', 20, 10, 4000)
+  assert (f['client_learning_rate'], f['server_learning_rate'], f['server_epsilon'],
+          f['server_beta_2'], f['server_initial_accumulator']) == pytest.approx(
+              (10 ** -1.5, 1.0, 0.1, 0.999, 0.0))
+  f = _reddi_plan('emnist_ae', 'fedadagrad')[1].flags
+  assert (f['task'], f['model'], f['total_rounds']) == ('emnist_autoencoder', 'tff_ae', 3000)
+  assert (f['client_learning_rate'], f['server_learning_rate'],
+          f['server_epsilon']) == pytest.approx((10 ** 1.5, 10 ** -1.5, 1e-3))
+  f = _reddi_plan('cifar10', 'fedadam')[1].flags
+  assert (f['task'], f['dirichlet_alpha']) == ('cifar10_image', 0.1)
+  assert f['server_learning_rate'] == pytest.approx(0.01)
+  f = _reddi_plan('stackoverflow_nwp', 'fedavgm')[1].flags
+  assert (f['server_optimizer'], f['server_momentum'], f['clients_per_round'],
+          f['client_batch_size']) == ('sgdm', 0.9, 50, 16)
+
+
+@pytest.mark.parametrize('task', ['stackoverflow_nwp', 'stackoverflow_lr'])
+def test_reddi_stackoverflow_caps_clients_at_1000_examples(task):
+  exp, plan = _reddi_plan(task, 'fedadam')
+  assert plan.flags['max_elements_per_user'] == 1000
+  assert '--max_elements_per_user=1000' in plan.command('out')
+  options, _, _ = reproduce.validate_plan(plan)
+  assert options.max_elements_per_user == 1000
+
+
+def test_reddi_fedadagrad_epsilon_is_outside_the_square_root():
+  """The tuned eps of every FedAdagrad run means Keras's lr g / (sqrt(v) + eps):
+  one coordinate, one step from v = 0 with g = eps moves lr / 2."""
+  import tensorflow as tf
+  for task in REDDI_TABLE2:
+    _, plan = _reddi_plan(task, 'fedadagrad')
+    _, hp, _ = reproduce.validate_plan(plan)
+    spec = hp.server_optimizer_spec()
+    eps, lr = spec.get('epsilon'), spec.learning_rate
+    opt = spec.build()
+    state = opt.initialize([tf.TensorSpec([1], tf.float32)])
+    _, w = opt.next(state, [tf.zeros([1])], [tf.fill([1], eps)])
+    assert float(w[0][0]) == pytest.approx(-lr / 2, rel=1e-5), task
+
+
+def test_reddi_autoencoder_metric_is_the_mean_mse_of_the_last_rounds():
+  rows = [{'round': r, 'eval/mean_squared_error': v, 'eval/loss': 9.0}
+          for r, v in ((100, 0.5), (200, 0.004), (300, 0.002))]
+  assert reproduce.run_metric(rows, {}, 'mean_mean_squared_error_last150') == (
+      pytest.approx(0.003))
+  assert reproduce.run_metric(_rows(), {}, 'mean_mean_squared_error_last100') is None
+  tag_rows = [{'round': 10, 'eval/precision': 0.1, 'eval/recall_at_5': 0.6}]
+  assert reproduce.run_metric(tag_rows, {}, 'mean_accuracy_last100') == 0.6
+
+
+def test_reddi_list_shows_published_values():
+  from experiments import configs
+  lines = reproduce.list_lines({n: e for n, e in configs.all_experiments().items()
+                                if n.startswith('fedopt_baselines_cifar10_')})
+  assert len(lines) == 5 and 'published: 0.78' in lines[2]
+
+
+# ------------------------------------------------------------------ paper 001
+
+def test_paper001_cifar10_tuned_sgd_runs_the_step_schedule():
+  from experiments.configs import paper001
+  from tff_algos import registry
+  from tff_algos.hparams import HParams
+  plans = {p.label: p for p in reproduce.trainer_plans(paper001.CIFAR10, 'full')}
+  assert '--client_lr_milestones=150,200' in plans['sgd'].command('out')
+  assert plans['sgd'].flags['client_learning_rate'] == 0.2
+  _, hp, _ = reproduce.validate_plan(plans['sgd'])
+  assert list(hp.client_lr_milestones) == ['150', '200']
+  with pytest.raises(ValueError, match='client_lr_milestones'):
+    registry.check('fedavg', HParams(client_lr_milestones=['150']))

@@ -32,8 +32,10 @@ _EXPECTED_MODELS = {
     'stackoverflow_tag': ('logreg', 'logreg_mean'),
     'stackoverflow_word': ('lstm',),
     'cifar100_image': ('resnet18', 'cnn004'),
+    'emnist_autoencoder': ('tff_ae',),
 }
 _SQLITE_NAME = {
+    'emnist_autoencoder': 'emnist_all.sqlite',
     'emnist_character': 'emnist_all.sqlite',
     'shakespeare_character': 'shakespeare.sqlite',
     'stackoverflow_tag': 'stackoverflow.sqlite',
@@ -151,6 +153,9 @@ def test_synthetic_forward_pass(name, model):
     assert tuple(y.shape[1:]) == (task.info['tag_vocab_size'],)
   elif name == 'stackoverflow_word':
     assert tuple(preds.shape[1:]) == (20, task.info['extended_vocab_size'])
+  elif name == 'emnist_autoencoder':
+    assert tuple(preds.shape[1:]) == (784,)
+    np.testing.assert_array_equal(x.numpy(), y.numpy())
 
   names = [v.name for v in m.trainable_variables]
   if name == 'stackoverflow_tag':

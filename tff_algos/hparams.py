@@ -8,7 +8,7 @@ flag of the same name there when an algorithm needs a new knob.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 
 from tff_algos.core import optimizers
 from tff_algos.core.algorithm import FederatedAlgorithm
@@ -31,6 +31,7 @@ class HParams:
   local_steps: Optional[int] = None
   local_steps_decay: float = 1.0
   client_lr_decay: float = 1.0
+  client_lr_milestones: Optional[Sequence] = None  # nastya/fedrr: gamma / 10 at these rounds
   server_lr_decay: float = 1.0
   uniform_weighting: bool = False
   # LocalUpdate / LocalUpdateDecay (paper 002).

@@ -57,6 +57,7 @@ class NastyaConfig:
   server_optimizer: optimizers.OptimizerSpec = optimizers.OptimizerSpec('sgd', 1.0)
   adaptive_server_lr: bool = False      # Malitsky-Mishchenko eta_t (SGD only)
   client_lr_decay: float = 1.0          # gamma_t = gamma d^t (g_i divides by gamma_t)
+  client_lr_milestones: tuple[int, ...] = ()  # or gamma / 10 at each of these rounds
   server_lr_decay: float = 1.0          # eta_t = eta d^t (not with the adaptive step)
 
   def __post_init__(self):
@@ -71,15 +72,20 @@ class NastyaConfig:
         raise ValueError('the adaptive server step sets eta_t itself; drop server_lr_decay')
       if not self.server_optimizer.learning_rate > 0:
         raise ValueError('the adaptive server step needs an initial eta_0 > 0')
+    if self.client_lr_milestones and self.client_lr_decay != 1.0:
+      raise ValueError('give either a client step decay or milestones, not both')
     self.client_schedule()
     schedules.ExponentialDecay(self.server_optimizer.learning_rate, self.server_lr_decay)
+
+  def client_lr(self):
+    if self.client_lr_milestones:
+      return schedules.StepDecay(self.client_learning_rate, tuple(self.client_lr_milestones))
+    return schedules.ExponentialDecay(self.client_learning_rate, self.client_lr_decay)
 
   def client_schedule(self) -> client_work_lib.ClientSchedule:
     """One pass (epoch) over the local data at gamma_t."""
     return client_work_lib.ClientSchedule(
-        learning_rate=schedules.ExponentialDecay(self.client_learning_rate,
-                                                 self.client_lr_decay),
-        local_steps=None, epochs=1,
+        learning_rate=self.client_lr(), local_steps=None, epochs=1,
         server_lr=schedules.ExponentialDecay(self.server_optimizer.learning_rate,
                                              self.server_lr_decay))
 
@@ -117,13 +123,15 @@ def build_nastya(model_fn: Callable[[], tff.learning.models.VariableModel],
 
 def build_fedrr(model_fn: Callable[[], tff.learning.models.VariableModel],
                 client_learning_rate: float, client_lr_decay: float = 1.0,
-                name: str = 'fedrr') -> FederatedAlgorithm:
+                name: str = 'fedrr',
+                client_lr_milestones: tuple[int, ...] = ()) -> FederatedAlgorithm:
   """FedRR: x_{t+1} = mean_i y_{n_i}^i (Nastya with eta_i = gamma n_i per client).
 
   Clients send gamma n_i g_i = x_t - y_{n_i}; the server takes an SGD step of 1.
   """
   config = NastyaConfig(client_learning_rate=client_learning_rate,
-                        client_lr_decay=client_lr_decay)
+                        client_lr_decay=client_lr_decay,
+                        client_lr_milestones=client_lr_milestones)
   return fedopt.compose(name, model_fn,
                         _client_work(model_fn, config, client_work_lib.model_delta),
                         optimizers.OptimizerSpec('sgd', 1.0).build())
@@ -139,10 +147,15 @@ def _nastya_config(hp: HParams) -> NastyaConfig:
     raise ValueError('nastya/fedrr take exactly one pass over the local data per '
                      'round: leave --local_steps, --local_steps_decay and '
                      '--client_epochs_per_round unset')
+  try:
+    milestones = tuple(int(m) for m in hp.client_lr_milestones or ())
+  except ValueError:
+    raise ValueError('--client_lr_milestones takes round numbers, e.g. 150,200') from None
   return NastyaConfig(client_learning_rate=hp.client_learning_rate,
                       server_optimizer=hp.server_optimizer_spec(),
                       adaptive_server_lr=hp.server_adaptive_lr,
                       client_lr_decay=hp.client_lr_decay,
+                      client_lr_milestones=milestones,
                       server_lr_decay=hp.server_lr_decay)
 
 
@@ -161,7 +174,8 @@ def _build_nastya(model_fn, hp: HParams) -> FederatedAlgorithm:
 
 def _build_fedrr(model_fn, hp: HParams) -> FederatedAlgorithm:
   config = _fedrr_config(hp)
-  return build_fedrr(model_fn, config.client_learning_rate, config.client_lr_decay)
+  return build_fedrr(model_fn, config.client_learning_rate, config.client_lr_decay,
+                     client_lr_milestones=config.client_lr_milestones)
 
 
 ALGORITHM_SPECS = (

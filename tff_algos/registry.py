@@ -47,6 +47,7 @@ ALGORITHM_SPECIFIC_FLAGS: dict[str, frozenset[str]] = {
     **dict.fromkeys(('fedmax_beta', 'fedmax_reference_kl'), frozenset({'fedmax'})),
     'gbo_reference_conventions': frozenset({'fedgbo', 'mfl', 'mimelite', 'mimexlite'}),
     'server_adaptive_lr': frozenset({'nastya'}),
+    'client_lr_milestones': frozenset({'nastya', 'fedrr'}),
 }
 
 

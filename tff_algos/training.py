@@ -109,6 +109,12 @@ def shuffle_seed(mode: str, seed: int, round_num: int, client_id: str) -> Option
   return int(np.random.default_rng(key).integers(2**31 - 1))
 
 
+def augment_seed(seed: int, round_num: int, client_id: str) -> int:
+  """Seed of a client's data augmentation in a round (whatever the shuffle mode)."""
+  cid = zlib.crc32(client_id.encode())
+  return int(np.random.default_rng([seed, round_num, cid, 3]).integers(2**31 - 1))
+
+
 def flatten_metrics(metrics, prefix: str = '') -> dict[str, Any]:
   """Nested measurements -> {'a/b/c': python scalar}."""
   if hasattr(metrics, '_asdict'):
@@ -328,7 +334,8 @@ def run_training(algorithm: FederatedAlgorithm, task: Task, config: RunConfig,
                               round_num)
       data = [task.client_dataset(
           cid, shuffle_seed(config.shuffle, config.seed, round_num, cid),
-          reshuffle_each_epoch=config.shuffle == 'rr') for cid in cohort]
+          reshuffle_each_epoch=config.shuffle == 'rr',
+          augment_seed=augment_seed(config.seed, round_num, cid)) for cid in cohort]
       try:
         if store is None:
           output = process.next(state, data)

@@ -10,7 +10,8 @@ the measured quantity it corresponds to by a key:
 * trainer runs: ``'<run label>/<metric>'`` with metric one of
   ``final_accuracy``, ``max_accuracy``, ``mean_accuracy_last<N>`` (mean eval
   accuracy over the evaluations in the last N rounds, Reddi et al.'s
-  convention is N = 100), ``final_loss``, ``final_train_loss``,
+  convention is N = 100; ``mean_<name>_last<N>`` the same for the evaluation
+  metric ``eval/<name>``, e.g. ``mean_squared_error``), ``final_loss``, ``final_train_loss``,
   ``rounds_to<T>`` (first round whose eval accuracy >= T, T in [0, 1]),
   ``models_to<T>`` (models sent server -> client up to that round, per client
   slot: paper 003's metric), ``upload_gb_to<T>``, ``flops_to<T>``,

@@ -55,8 +55,9 @@ DATA = {
     'shakespeare': 'TFF shakespeare.sqlite (tff.simulation.datasets.shakespeare) in --cache_dir',
 }
 DATA_NOTES = {
-    'cifar100': ('Data as the paper: TFF federated CIFAR-100, all 500 clients; random flip '
-                 'and 28x28 crop as the cnn004 model of the task.'),
+    'cifar100': ('Data as the paper: TFF federated CIFAR-100, all 500 clients; training '
+                 'images randomly flipped and cropped to 28x28 (stateless draws keyed by '
+                 'seed, round and client), evaluation on the central 28x28 crop.'),
     'femnist': ('Paper: LEAF FEMNIST, 3000 of 3550 writers, 20 % of each writer\'s samples as '
                 'test set; ours: 3000 writers drawn from TFF emnist_all (3400) and TFF\'s test '
                 'split.'),

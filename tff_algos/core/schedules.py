@@ -61,6 +61,37 @@ class ExponentialDecay:
 
 
 @dataclasses.dataclass(frozen=True)
+class StepDecay:
+  """value_t = initial * factor**(number of milestones <= t): PyTorch's MultiStepLR
+  with the round as its epoch (paper 001: 0.2, divided by 10 at epochs 150, 200)."""
+
+  initial: float
+  milestones: tuple[int, ...]
+  factor: float = 0.1
+
+  def __post_init__(self):
+    if not self.initial >= 0:
+      raise ValueError(f'initial value must be >= 0, got {self.initial}')
+    if not 0 < self.factor <= 1:
+      raise ValueError(f'step factor must be in (0, 1], got {self.factor}')
+    m = list(self.milestones)
+    if not m or any(int(x) != x or x < 1 for x in m) or m != sorted(set(m)):
+      raise ValueError(f'milestones must be increasing rounds >= 1, got {self.milestones}')
+
+  @property
+  def constant(self) -> bool:
+    return False
+
+  def __call__(self, t: Round):
+    if isinstance(t, (tf.Tensor, tf.Variable)):
+      passed = tf.reduce_sum(tf.cast(
+          tf.cast(t, tf.int64) >= tf.constant(self.milestones, tf.int64), tf.float64))
+      return tf.cast(self.initial * tf.pow(tf.constant(self.factor, tf.float64), passed),
+                     tf.float32)
+    return float(self.initial * self.factor ** sum(int(t) >= m for m in self.milestones))
+
+
+@dataclasses.dataclass(frozen=True)
 class LocalSteps:
   """K_t = max(1, ceil(K_0 * d_K**t)) local steps in round t (`tolerant_ceil`)."""
 

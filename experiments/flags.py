@@ -91,8 +91,9 @@ flags.DEFINE_bool('feddyn_adaptive_alpha', False, 'FedDyn: alpha_k = alpha / (n_
                   '(reference code).')
 flags.DEFINE_bool('feddyn_weight_decay_form', False, 'FedDyn: the alpha quadratic as SGD '
                   'weight decay, outside gradient clipping (reference code).')
-flags.DEFINE_bool('feddyn_report_device_average', False, 'FedDyn: evaluate the average '
-                  'of all device models (reference code); costs one more upload.')
+flags.DEFINE_bool('report_device_average', False, 'Evaluate the average of all device '
+                  'models, as paper 003 does (feddyn, scaffold: plain mean; fedavg, '
+                  'fedprox: weighted as the server weights clients); one more upload.')
 flags.DEFINE_float('client_weight_decay', 0.0, 'l2 weight decay of local steps, added to '
                    'the (clipped) gradient: plain L2, also with an Adam client (feddyn, '
                    'scaffold, fedavg, fedprox, fedmax; paper 003 reference code: 1e-3).')

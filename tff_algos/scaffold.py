@@ -16,7 +16,9 @@ Server state: model x, control variate c (initially 0); client i keeps c_i
 Clients download x and c and upload dy and dc: two models each way. K is the
 number of steps the client actually took (E epochs: its batches times E).
 Optional global-norm clipping of the corrected gradient and l2 weight decay
-follow the reference code of paper 003 (`clip_norm`, `weight_decay`).
+follow the reference code of paper 003 (`clip_norm`, `weight_decay`);
+`report_device_average` reports the plain average of all N device models y_K
+(paper 003's evaluated model, `core.device_average`: one more upload).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import tensorflow_federated as tff
 
 from tff_algos.core import accounting
 from tff_algos.core import client_work as client_work_lib
+from tff_algos.core import device_average
 from tff_algos.core import local_training
 from tff_algos.core import stateful_process
 from tff_algos.core.algorithm import FederatedAlgorithm
@@ -46,6 +49,7 @@ class ScaffoldConfig:
   client_lr_decay: float = 1.0
   weight_decay: float = 0.0
   clip_norm: Optional[float] = None
+  report_device_average: bool = False
 
   def __post_init__(self):
     if not self.client_learning_rate > 0:
@@ -109,8 +113,9 @@ def _fns(config: ScaffoldConfig) -> stateful_process.StatefulFns:
                                      hparams['learning_rate'])
     upload = collections.OrderedDict(
         dy=[-d for d in delta], dc=[n - o for n, o in zip(new_c_i, c_i)])
-    return stateful_process.ClientStep(upload=upload, new_state=new_c_i,
-                                       outcome=outcome)
+    return stateful_process.ClientStep(
+        upload=upload, new_state=new_c_i, outcome=outcome,
+        device_model=[x - d for x, d in zip(message['model'].trainable, delta)])
 
   def server_step(weights, algorithm_state, upload_sum, num_finite, population):
     x, c = server_update(config, list(weights.trainable), list(algorithm_state['c']),
@@ -123,8 +128,10 @@ def _fns(config: ScaffoldConfig) -> stateful_process.StatefulFns:
   def initial_client_state(weights):
     return [tf.zeros_like(w) for w in weights.trainable]
 
-  return stateful_process.StatefulFns(server_init, broadcast, client_update,
-                                      server_step, initial_client_state)
+  fns = stateful_process.StatefulFns(server_init, broadcast, client_update,
+                                     server_step, initial_client_state)
+  return (device_average.with_device_average(fns) if config.report_device_average
+          else fns)
 
 
 def build_scaffold(model_fn: Callable[[], tff.learning.models.VariableModel],
@@ -152,7 +159,8 @@ def _scaffold_config(hp: HParams) -> ScaffoldConfig:
       server_learning_rate=hp.server_learning_rate,
       local_steps=hp.local_steps, epochs=hp.client_epochs_per_round,
       local_steps_decay=hp.local_steps_decay, client_lr_decay=hp.client_lr_decay,
-      weight_decay=hp.client_weight_decay, clip_norm=hp.clip_norm)
+      weight_decay=hp.client_weight_decay, clip_norm=hp.clip_norm,
+      report_device_average=hp.report_device_average)
 
 
 def _build_scaffold(model_fn, hp: HParams) -> FederatedAlgorithm:

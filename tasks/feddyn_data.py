@@ -14,7 +14,9 @@ or lognormal-unbalanced ones (`unbalanced_sigma`; the paper uses 0.3).
   `TaskError` naming the directory and the `tfds build` command, before any
   data is read;
 * `synthetic_logistic`: paper A.1's convex problem (below), fully offline;
-* `shakespeare_003`: TFF's Shakespeare with the paper's 2 x LSTM(100).
+* `shakespeare_003`: the paper's Shakespeare samples (`leaf_shakespeare`: 80
+  characters -> the next one, 100 devices x 2,000) from TFF's roles, its
+  Embedding 8 + 2 x LSTM(100).
 
 Models: `models.mlp_200_100` (MNIST, EMNIST-L, digits), `models.cifar_cnn_003`
 (CIFAR-10/100), multiclass logistic regression (synthetic).
@@ -45,6 +47,7 @@ import tensorflow as tf
 from tasks import base
 from tasks import cifar10 as cifar10_task
 from tasks import embedded
+from tasks import leaf_shakespeare
 from tasks import models
 from tasks import partition
 from tasks.registry import TaskOptions, register
@@ -325,22 +328,76 @@ def build_synthetic(options: TaskOptions) -> base.Task:
 
 # ------------------------------------------------------------- Shakespeare
 
+SYNTHETIC_SHAKESPEARE_CROP = (20, 4)   # samples per device (train, test) on TFF's tiny data
+
+
+def _role_texts(client_data, client_ids) -> list[np.ndarray]:
+  """Each role's snippets joined by spaces, LEAF-encoded."""
+  texts = []
+  known = set(client_data.client_ids)
+  for cid in client_ids:
+    snippets = [] if cid not in known else [
+        e['snippets'].decode('utf-8', errors='replace')
+        for e in client_data.create_tf_dataset_for_client(cid).as_numpy_iterator()]
+    texts.append(leaf_shakespeare.encode(' '.join(snippets)))
+  return texts
+
+
+def shakespeare_lstm_003() -> tf.keras.Model:
+  """Paper 003's (= FedProx's) model: the 80 characters embedded in 8 dims,
+  2 x LSTM(100), logits of the next character from the last step."""
+  vocab = len(leaf_shakespeare.LETTERS)
+  return tf.keras.Sequential([
+      tf.keras.Input(shape=(leaf_shakespeare.WINDOW,), dtype=tf.int32),
+      tf.keras.layers.Embedding(vocab, 8),
+      tf.keras.layers.LSTM(100, return_sequences=True),
+      tf.keras.layers.LSTM(100),
+      tf.keras.layers.Dense(vocab),
+  ], name='shakespeare_lstm100')
+
 
 @register('shakespeare_003', models=('lstm100',),
-          description="TFF Shakespeare (per-role clients) with paper 003's model: "
-                      'Embedding 8, 2 x LSTM 100 (logits at every step)')
+          description="paper 003's Shakespeare: 100 devices x 2,000 samples (80 characters "
+                      "-> the next), --partition=natural (roles) | iid; 2 x LSTM 100")
 def build_shakespeare(options: TaskOptions) -> base.Task:
-  """`shakespeare_character`'s data and metrics, paper 003's 2 x LSTM(100).
+  """`leaf_shakespeare`'s samples from TFF's Shakespeare roles, the paper's LSTM."""
+  from tasks import tff_data  # pylint: disable=g-import-not-at-top
+  if options.partition not in leaf_shakespeare.SPLITS:
+    raise base.TaskError(f'shakespeare_003 splits {"|".join(leaf_shakespeare.SPLITS)} '
+                         f'(--partition), not {options.partition!r}')
+  raw = tff_data.load('shakespeare', options.cache_dir, options.use_synthetic_data)
+  ids = list(raw.train.client_ids)
+  devices = options.num_clients or DEFAULT_CLIENTS
+  train_texts, test_texts = _role_texts(raw.train, ids), _role_texts(raw.test, ids)
+  sizes = {}
+  if options.use_synthetic_data:  # TFF's synthetic roles are a few lines long
+    sizes = dict(zip(('crop', 'test_crop'), SYNTHETIC_SHAKESPEARE_CROP))
+    devices = max(1, min(devices, len(leaf_shakespeare.eligible_roles(
+        train_texts, test_texts, **sizes))))
+  try:
+    samples = leaf_shakespeare.split(train_texts, test_texts, options.partition, devices,
+                                     options.seed, **sizes)
+  except ValueError as e:
+    raise base.TaskError(str(e)) from None
+  offsets = np.cumsum([0] + [len(y) for y in samples.y])
+  parts = [np.arange(offsets[i], offsets[i + 1]) for i in range(len(samples.y))]
+  train = partition.to_client_data(collections.OrderedDict(
+      x=np.concatenate(samples.x), y=np.concatenate(samples.y)), parts)
+  batch = options.batch_size
 
-  The paper (LEAF) predicts one character after each 80-character window; TFF's
-  pipeline predicts every next character of the window, so the model emits
-  logits at every step (`models.shakespeare_lstm_003`, return_sequences=True).
-  """
-  from tasks import shakespeare  # pylint: disable=g-import-not-at-top
-  task = shakespeare.build(dataclasses.replace(options, model=None))
-  spec = task.client_dataset(task.client_ids[0]).element_spec
-  model_fn = base.logits_classifier_fn(
-      lambda: models.shakespeare_lstm_003(shakespeare.VOCAB_SIZE), spec,
-      metrics_fn=shakespeare._metrics)  # pylint: disable=protected-access
-  return dataclasses.replace(task, name='shakespeare_003', model_fn=model_fn,
-                             info=dict(task.info, model='lstm100'))
+  def to_int(e):
+    return collections.OrderedDict(x=tf.cast(e['x'], tf.int32), y=e['y'])
+
+  spec = collections.OrderedDict(
+      x=tf.TensorSpec([None, leaf_shakespeare.WINDOW], tf.int32),
+      y=tf.TensorSpec([None], tf.int32))
+  test = tf.data.Dataset.from_tensor_slices(collections.OrderedDict(
+      x=samples.x_test, y=samples.y_test)).batch(EVAL_BATCH).map(to_int)
+  return base.Task(
+      name='shakespeare_003', train_data=train,
+      preprocess_fn=lambda ds: ds.batch(batch).map(to_int), test_data=test,
+      model_fn=base.logits_classifier_fn(shakespeare_lstm_003, spec),
+      info=dict(model='lstm100', source='TFF shakespeare roles, LEAF samples',
+                partition=options.partition, num_train_clients=len(parts),
+                samples_per_client=len(samples.y[0]), roles=samples.roles,
+                num_train_examples=int(offsets[-1]), num_test_examples=len(samples.y_test)))

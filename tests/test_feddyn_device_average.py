@@ -39,10 +39,9 @@ def test_fedprox_reports_the_average_of_all_device_models(mu, uniform):
   x0 = np.array([0.5, -1.0, 2.0])
   gamma, steps = 0.05, 3
   name = 'fedprox' if mu else 'fedavg'
-  hp = HParams(client_learning_rate=gamma, local_steps=steps, prox_mu=mu,
-               uniform_weighting=uniform, report_device_average=True)
-  if name == 'fedavg':
-    hp = HParams(**{**hp.__dict__, 'prox_mu': HParams().prox_mu})
+  prox = dict(prox_mu=mu) if mu else {}   # --prox_mu is fedprox's flag only
+  hp = HParams(client_learning_rate=gamma, local_steps=steps, uniform_weighting=uniform,
+               report_device_average=True, **prox)
   algorithm = registry.build(name, p.model_fn, hp)
   assert algorithm.stateful_clients
   sizes = np.array([len(y) for y in p.Y], np.float64)

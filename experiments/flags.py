@@ -92,6 +92,9 @@ flags.DEFINE_bool('feddyn_adaptive_alpha', False, 'FedDyn: alpha_k = alpha / (n_
                   '(reference code).')
 flags.DEFINE_bool('feddyn_weight_decay_form', False, 'FedDyn: the alpha quadratic as SGD '
                   'weight decay, outside gradient clipping (reference code).')
+flags.DEFINE_bool('scaffold_reference_conventions', False, "SCAFFOLD as paper 003's code: "
+                  'c scaled by mean n / n_i in the local step and n_i / mean n in the '
+                  'server sum; c_i+ divides by the initial learning rate.')
 flags.DEFINE_bool('report_device_average', False, 'Evaluate the average of all device '
                   'models, as paper 003 does (feddyn, scaffold: plain mean; fedavg, '
                   'fedprox: weighted as the server weights clients); one more upload.')

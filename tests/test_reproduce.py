@@ -325,3 +325,5 @@ def test_paper003_hyperparameters_per_setting(name, alpha, epochs, scaffold_k, m
   assert plans['scaffold']['local_steps'] == scaffold_k
   assert plans['fedprox']['prox_mu'] == mu
   assert all(flags['clip_norm'] == 10.0 for flags in plans.values())
+  assert plans['scaffold']['scaffold_reference_conventions']
+  assert plans['scaffold']['server_learning_rate'] == 1.0

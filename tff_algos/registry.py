@@ -46,6 +46,7 @@ ALGORITHM_SPECIFIC_FLAGS: dict[str, frozenset[str]] = {
     **dict.fromkeys(('client_weight_decay', 'clip_norm'),
                     frozenset({'feddyn', 'scaffold', 'fedavg', 'fedprox', 'fedmax'})),
     'prox_mu': frozenset({'fedprox'}),
+    'scaffold_reference_conventions': frozenset({'scaffold'}),
     **dict.fromkeys(('fedmax_beta', 'fedmax_reference_kl'), frozenset({'fedmax'})),
     'gbo_reference_conventions': frozenset({'fedgbo', 'mfl', 'mimelite', 'mimexlite'}),
     'server_adaptive_lr': frozenset({'nastya'}),

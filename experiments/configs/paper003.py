@@ -35,7 +35,9 @@ IID 10 % (App. A.3: best alpha there); each experiment's notes say which.
 
 All four methods clip the local gradient to norm 10 and add the weight decay
 (reference code); FedAvg and FedProx run FedAvg's epochs with the lr decay.
-SCAFFOLD's global step is 1 (not stated; the reference code's default).
+SCAFFOLD's global step is 1 (not stated; the reference code's default), and
+it runs the reference code's control variates (`--scaffold_reference_conventions`:
+c scaled by client size on unbalanced data, c_i+ over the initial lr).
 
 Shakespeare (`shakespeare_003`): the paper's samples (an 80-character window
 and the next character; 100 devices x 2,000 samples, 400 test samples each)
@@ -297,7 +299,7 @@ def _runs(hp: HP) -> tuple[Run, ...]:
           feddyn_adaptive_alpha=True, feddyn_weight_decay_form=True, **clip)),
       Run('scaffold', 'scaffold', dict(
           client_learning_rate=hp.lr, client_lr_decay=hp.lr_decay, local_steps=hp.scaffold_k,
-          server_learning_rate=1.0, **clip)),
+          server_learning_rate=1.0, scaffold_reference_conventions=True, **clip)),
       Run('fedavg', 'fedavg', dict(
           client_learning_rate=hp.lr, client_lr_decay=hp.lr_decay,
           client_epochs_per_round=hp.epochs_fedavg, **clip)),

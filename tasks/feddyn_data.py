@@ -146,9 +146,15 @@ def _task(name, options, x_tr, y_tr, x_te, y_te, transform, keras_fn, element_sp
                 num_train_examples=int(sizes.sum()), num_test_examples=len(y_te)))
 
 
-def _flat_images(e):
-  x = tf.reshape(tf.cast(e['x'], tf.float32) / 255.0, [tf.shape(e['x'])[0], -1])
-  return collections.OrderedDict(x=x, y=e['y'])
+MNIST_MEAN, MNIST_STD = 0.1307, 0.3081   # the reference code's Normalize
+
+
+def _flat_standardiser(mean: float, std: float):
+  """Images flattened, scaled to [0, 1] and standardised (reference code)."""
+  def transform(e):
+    x = tf.reshape(tf.cast(e['x'], tf.float32) / 255.0, [tf.shape(e['x'])[0], -1])
+    return collections.OrderedDict(x=(x - mean) / std, y=e['y'])
+  return transform
 
 
 def _standardiser(mean, std):
@@ -186,7 +192,8 @@ def build_digits(options: TaskOptions) -> base.Task:
 def build_mnist(options: TaskOptions) -> base.Task:
   check_split_options(options)
   x_tr, y_tr, x_te, y_te = load_tfds_arrays('mnist', options.cache_dir)
-  return _task('mnist', options, x_tr, y_tr, x_te, y_te, _flat_images,
+  return _task('mnist', options, x_tr, y_tr, x_te, y_te,
+               _flat_standardiser(MNIST_MEAN, MNIST_STD),
                lambda: models.mlp_200_100(784, 10), _flat_spec(784), 'mlp_200_100',
                'tfds mnist')
 
@@ -205,7 +212,9 @@ def build_emnist_letters10(options: TaskOptions) -> base.Task:
   x_tr, y_tr, x_te, y_te = load_tfds_arrays('emnist/letters', options.cache_dir)
   x_tr, y_tr = first_letters(x_tr, y_tr)
   x_te, y_te = first_letters(x_te, y_te)
-  return _task('emnist_letters10', options, x_tr, y_tr, x_te, y_te, _flat_images,
+  pixels = x_tr.astype(np.float64) / 255.0   # standardised by the training set (reference)
+  transform = _flat_standardiser(float(pixels.mean()), float(pixels.std()) or 1.0)
+  return _task('emnist_letters10', options, x_tr, y_tr, x_te, y_te, transform,
                lambda: models.mlp_200_100(784, 10), _flat_spec(784), 'mlp_200_100',
                'tfds emnist/letters, letters a-j')
 

@@ -212,6 +212,23 @@ def test_tfds_tasks_load_through_mock_data(task_name, tmp_path):
     assert task.info['num_train_examples'] < 80
 
 
+def test_mnist_and_emnist_letters_are_standardised_as_the_reference_code(monkeypatch):
+  rng = np.random.default_rng(0)
+  x = rng.integers(0, 256, (400, 28, 28, 1)).astype(np.uint8)
+  x[:, :8] = 0                                  # a skewed pixel distribution
+  y = rng.integers(1, 11, 400).astype(np.int32)
+  monkeypatch.setattr(feddyn_data, 'load_tfds_arrays', lambda *a: (x, y, x[:50], y[:50]))
+
+  def train_pixels(name):
+    task = get_task(name, TaskOptions(batch_size=50, num_clients=4))
+    return np.concatenate([b['x'].numpy() for c in task.client_ids
+                           for b in task.client_dataset(c)])
+  mnist = train_pixels('mnist')
+  np.testing.assert_allclose(mnist.mean(), (x.mean() / 255 - 0.1307) / 0.3081, rtol=1e-4)
+  emnist = train_pixels('emnist_letters10')      # by its own training set's mean/std
+  assert abs(emnist.mean()) < 1e-3 and abs(emnist.std() - 1) < 1e-3
+
+
 # ------------------------------------------------------------------ models
 
 

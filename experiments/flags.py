@@ -31,9 +31,11 @@ flags.DEFINE_integer('num_clients', None, 'Clients to split a centralised datase
                      '(or to subsample from a federated one).')
 flags.DEFINE_float('dirichlet_alpha', 0.5, 'Label-skew concentration for split datasets.')
 flags.DEFINE_integer('client_batch_size', 20, 'Client minibatch size B.')
-flags.DEFINE_enum('partition', 'iid', ['iid', 'sorted', 'dirichlet', 'natural'],
+flags.DEFINE_enum('partition', 'iid', ['iid', 'sorted', 'dirichlet', 'natural',
+                                        'stratified'],
                   'How a centralised dataset is split (logistic, cifar10_lenet): '
-                  "'sorted' = label-sorted contiguous shards; shakespeare_003: "
+                  "'sorted' = label-sorted contiguous shards; paper-003 tasks: also "
+                  "'stratified' (IID, equal class counts); shakespeare_003: "
                   "'natural' (one device per role) or 'iid'.")
 flags.DEFINE_string('libsvm_path', None, 'LIBSVM-format file for --task=logistic '
                     '(default: the embedded scikit-learn breast-cancer set).')

@@ -103,10 +103,29 @@ def load_tfds_arrays(tfds_name: str, cache_dir: Optional[str]):
 # ------------------------------------------------------------ task assembly
 
 
+SPLIT_SCHEMES = partition.FEDDYN_SCHEMES + ('stratified',)
+
+
+def stratified_split(labels: np.ndarray, num_clients: int, seed: int) -> list[np.ndarray]:
+  """IID with equal class counts: each class's examples, shuffled, dealt out in
+  near-equal shares (paper 003's code for balanced IID CIFAR-100)."""
+  labels = np.asarray(labels)
+  rng = np.random.default_rng([seed, 5])
+  shares = [[] for _ in range(num_clients)]
+  for c in np.unique(labels):
+    for k, part in enumerate(np.array_split(rng.permutation(np.flatnonzero(labels == c)),
+                                            num_clients)):
+      shares[k].append(part)
+  return [np.sort(np.concatenate(parts)) for parts in shares]
+
+
 def split_clients(labels: np.ndarray, options: TaskOptions,
                   default_clients: int = DEFAULT_CLIENTS) -> list[np.ndarray]:
-  """`partition.feddyn_split` from the task options (errors as TaskError)."""
+  """`partition.feddyn_split` (or `stratified_split`) from the task options
+  (errors as TaskError)."""
   num_clients = options.num_clients or default_clients
+  if options.partition == 'stratified':
+    return stratified_split(labels, num_clients, options.seed)
   try:
     return partition.feddyn_split(labels, num_clients, options.partition, options.seed,
                                   alpha=options.dirichlet_alpha,
@@ -117,11 +136,14 @@ def split_clients(labels: np.ndarray, options: TaskOptions,
 
 def check_split_options(options: TaskOptions) -> None:
   """Cheap checks of the split options (run before any data is read)."""
-  if options.partition not in partition.FEDDYN_SCHEMES:
-    raise base.TaskError(f'paper-003 tasks split {"|".join(partition.FEDDYN_SCHEMES)}, '
+  if options.partition not in SPLIT_SCHEMES:
+    raise base.TaskError(f'paper-003 tasks split {"|".join(SPLIT_SCHEMES)}, '
                          f'not {options.partition!r}')
   if options.partition == 'dirichlet' and options.dirichlet_alpha <= 0:
     raise base.TaskError(f'dirichlet_alpha must be > 0, got {options.dirichlet_alpha}')
+  if options.partition == 'stratified' and options.unbalanced_sigma:
+    raise base.TaskError('--partition=stratified gives every client the same class counts: '
+                         'leave --unbalanced_sigma at 0')
 
 
 def _task(name, options, x_tr, y_tr, x_te, y_te, transform, keras_fn, element_spec,

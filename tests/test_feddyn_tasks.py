@@ -74,6 +74,17 @@ def test_dirichlet_prior_split_survives_exhausted_classes_and_is_seeded():
   assert [len(p) for p in a] == sizes.tolist()
 
 
+def test_stratified_split_gives_every_client_equal_class_counts():
+  labels = np.repeat(np.arange(10), 20)
+  parts = feddyn_data.stratified_split(labels, 4, seed=1)
+  assert np.array_equal(np.sort(np.concatenate(parts)), np.arange(200))   # each once
+  for part in parts:
+    assert np.bincount(labels[part], minlength=10).tolist() == [5] * 10
+  assert not np.array_equal(parts[0], feddyn_data.stratified_split(labels, 4, seed=2)[0])
+  with pytest.raises(TaskError, match='unbalanced_sigma'):
+    feddyn_data.check_split_options(TaskOptions(partition='stratified', unbalanced_sigma=0.3))
+
+
 def test_feddyn_split_rejects_other_schemes():
   with pytest.raises(ValueError, match='paper-003'):
     partition.feddyn_split(np.zeros(10, int), 2, 'sorted', seed=0)

@@ -290,22 +290,23 @@ def _hp(s: Setting) -> HP:
 
 
 def _runs(hp: HP) -> tuple[Run, ...]:
-  clip = dict(clip_norm=10.0, client_weight_decay=hp.weight_decay,
-              report_device_average=True)
+  # All four: clipping and weight decay (reference code), the device average evaluated.
+  shared = dict(clip_norm=10.0, client_weight_decay=hp.weight_decay,
+                report_device_average=True)
   return (
       Run('feddyn', 'feddyn', dict(
           client_learning_rate=hp.lr, client_lr_decay=hp.lr_decay,
           client_epochs_per_round=hp.epochs_feddyn, feddyn_alpha=hp.alpha,
-          feddyn_adaptive_alpha=True, feddyn_weight_decay_form=True, **clip)),
+          feddyn_adaptive_alpha=True, feddyn_weight_decay_form=True, **shared)),
       Run('scaffold', 'scaffold', dict(
           client_learning_rate=hp.lr, client_lr_decay=hp.lr_decay, local_steps=hp.scaffold_k,
-          server_learning_rate=1.0, scaffold_reference_conventions=True, **clip)),
+          server_learning_rate=1.0, scaffold_reference_conventions=True, **shared)),
       Run('fedavg', 'fedavg', dict(
           client_learning_rate=hp.lr, client_lr_decay=hp.lr_decay,
-          client_epochs_per_round=hp.epochs_fedavg, **clip)),
+          client_epochs_per_round=hp.epochs_fedavg, **shared)),
       Run('fedprox', 'fedprox', dict(
           client_learning_rate=hp.lr, client_lr_decay=hp.lr_decay,
-          client_epochs_per_round=hp.epochs_fedavg, prox_mu=hp.mu, **clip)),
+          client_epochs_per_round=hp.epochs_fedavg, prox_mu=hp.mu, **shared)),
   )
 
 

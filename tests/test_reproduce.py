@@ -327,3 +327,45 @@ def test_paper003_hyperparameters_per_setting(name, alpha, epochs, scaffold_k, m
   assert all(flags['clip_norm'] == 10.0 for flags in plans.values())
   assert plans['scaffold']['scaffold_reference_conventions']
   assert plans['scaffold']['server_learning_rate'] == 1.0
+
+
+PAPER003_DATA = {  # dataset in the name -> (task, model, batch, weight decay)
+    'cifar10': ('cifar10', 'cnn003', 50, 1e-3), 'cifar100': ('cifar100_split', 'cnn003', 50, 1e-3),
+    'mnist': ('mnist', 'mlp_200_100', 50, 1e-4), 'emnistl': ('emnist_letters10', 'mlp_200_100',
+                                                             50, 1e-4),
+    'shakespeare': ('shakespeare_003', 'lstm100', 100, 1e-4)}
+
+
+def _paper003_names():
+  try:
+    from experiments.configs import paper003
+    return [e.name for e in paper003.EXPERIMENTS]
+  except Exception:  # reported by test_every_config_is_valid
+    return []
+
+
+@pytest.mark.parametrize('name', _paper003_names())
+def test_paper003_each_setting_runs_its_data_split_and_cohort(name):
+  # feddyn_<dataset>_p<percent>_<split>[_<N>dev][_unbalanced], read off the name.
+  m = re.fullmatch(r'feddyn_([a-z0-9]+)_p(\d+)_(iid|dir06|dir03|noniid)(?:_(\d+)dev)?'
+                   r'(_unbalanced)?', name)
+  assert m, name
+  dataset, percent, split, devices, unbalanced = m.groups()
+  devices = int(devices or 100)
+  task, model, batch, decay = PAPER003_DATA[dataset]
+  plans = _paper003_plans(name)
+  assert sorted(plans) == ['fedavg', 'feddyn', 'fedprox', 'scaffold']
+  for flags in plans.values():
+    assert (flags['task'], flags['model'], flags['client_batch_size']) == (task, model, batch)
+    assert flags['num_clients'] == devices
+    assert flags['clients_per_round'] == max(1, round(int(percent) / 100 * devices))
+    assert flags['client_weight_decay'] == decay and flags['clip_norm'] == 10.0
+    assert flags['report_device_average']
+    if dataset == 'shakespeare':
+      assert flags['partition'] == {'iid': 'iid', 'noniid': 'natural'}[split]
+    elif split == 'iid':
+      assert flags['partition'] == 'iid' and 'dirichlet_alpha' not in flags
+    else:
+      assert flags['partition'] == 'dirichlet'
+      assert flags['dirichlet_alpha'] == {'dir06': 0.6, 'dir03': 0.3}[split]
+    assert flags.get('unbalanced_sigma', 0.0) == (0.3 if unbalanced else 0.0)

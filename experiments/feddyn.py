@@ -46,7 +46,8 @@ flags.DEFINE_list('algorithms', list(PAPER_ALGORITHMS), 'Algorithms to compare.'
 flags.DEFINE_list('participations', ['1', '0.1', '0.01'],
                   'Fractions of the clients sampled per round.')
 flags.DEFINE_list('splits', ['iid', 'dirichlet:0.6', 'dirichlet:0.3'],
-                  "Client splits: 'iid' or 'dirichlet:<alpha>'.")
+                  "Client splits: 'iid', 'dirichlet:<alpha>' or, for shakespeare_003, "
+                  "'natural' (one role per device).")
 flags.DEFINE_list('unbalanced_sigmas', ['0'], 'Lognormal client-size sigmas '
                   '(0 balanced; Table 4 adds 0.3).')
 flags.DEFINE_list('heterogeneities', [], 'synthetic_logistic only: homogeneous, type1, '
@@ -65,15 +66,16 @@ DEFAULTS = dict(task='feddyn_digits', rounds_per_eval=1, client_epochs_per_round
 
 
 def parse_split(spec: str) -> dict:
-  """'iid' or 'dirichlet:<alpha>' -> trainer flag values."""
-  if spec == 'iid':
-    return {'partition': 'iid'}
+  """'iid', 'natural' (shakespeare_003: a role per device) or 'dirichlet:<alpha>'
+  -> trainer flag values."""
+  if spec in ('iid', 'natural'):
+    return {'partition': spec}
   if spec.startswith('dirichlet:'):
     alpha = float(spec.split(':', 1)[1])
     if not alpha > 0:
       raise ValueError(f'dirichlet alpha must be > 0 in {spec!r}')
     return {'partition': 'dirichlet', 'dirichlet_alpha': alpha}
-  raise ValueError(f"split {spec!r} is not 'iid' or 'dirichlet:<alpha>'")
+  raise ValueError(f"split {spec!r} is not 'iid', 'natural' or 'dirichlet:<alpha>'")
 
 
 def settings() -> list[tuple[str, dict]]:

@@ -35,9 +35,12 @@ flags.DEFINE_integer('max_client_examples', None, 'Each training client keeps on
                      'N examples (as stored; paper 000: 250 for StackOverflow).')
 flags.DEFINE_integer('test_examples', None, 'The test set is its first N examples, for every '
                      'evaluation (paper 000: 10,000 for StackOverflow).')
-flags.DEFINE_enum('partition', 'iid', ['iid', 'sorted', 'dirichlet'],
+flags.DEFINE_enum('partition', 'iid', ['iid', 'sorted', 'dirichlet', 'natural',
+                                        'stratified'],
                   'How a centralised dataset is split (logistic, cifar10_lenet): '
-                  "'sorted' = label-sorted contiguous shards.")
+                  "'sorted' = label-sorted contiguous shards; paper-003 tasks: also "
+                  "'stratified' (IID, equal class counts); shakespeare_003: "
+                  "'natural' (one device per role) or 'iid'.")
 flags.DEFINE_string('libsvm_path', None, 'LIBSVM-format file for --task=logistic '
                     '(default: the embedded scikit-learn breast-cancer set).')
 flags.DEFINE_float('l2_reg', None, 'l2 regularisation lambda (logistic; default L/n).')
@@ -102,8 +105,12 @@ flags.DEFINE_bool('feddyn_adaptive_alpha', False, 'FedDyn: alpha_k = alpha / (n_
                   '(reference code).')
 flags.DEFINE_bool('feddyn_weight_decay_form', False, 'FedDyn: the alpha quadratic as SGD '
                   'weight decay, outside gradient clipping (reference code).')
-flags.DEFINE_bool('feddyn_report_device_average', False, 'FedDyn: evaluate the average '
-                  'of all device models (reference code); costs one more upload.')
+flags.DEFINE_bool('scaffold_reference_conventions', False, "SCAFFOLD as paper 003's code: "
+                  'c scaled by mean n / n_i in the local step and n_i / mean n in the '
+                  'server sum; c_i+ divides by the initial learning rate.')
+flags.DEFINE_bool('report_device_average', False, 'Evaluate the average of all device '
+                  'models, as paper 003 does (feddyn, scaffold: plain mean; fedavg, '
+                  'fedprox: weighted as the server weights clients); one more upload.')
 flags.DEFINE_float('client_weight_decay', 0.0, 'l2 weight decay of local steps, added to '
                    'the (clipped) gradient: plain L2, also with an Adam client (feddyn, '
                    'scaffold, fedavg, fedprox, fedmax; paper 003 reference code: 1e-3).')

@@ -14,7 +14,9 @@ or lognormal-unbalanced ones (`unbalanced_sigma`; the paper uses 0.3).
   `TaskError` naming the directory and the `tfds build` command, before any
   data is read;
 * `synthetic_logistic`: paper A.1's convex problem (below), fully offline;
-* `shakespeare_003`: TFF's Shakespeare with the paper's 2 x LSTM(100).
+* `shakespeare_003`: the paper's Shakespeare samples (`leaf_shakespeare`: 80
+  characters -> the next one, 100 devices x 2,000) from TFF's roles, its
+  Embedding 8 + 2 x LSTM(100).
 
 Models: `models.mlp_200_100` (MNIST, EMNIST-L, digits), `models.cifar_cnn_003`
 (CIFAR-10/100), multiclass logistic regression (synthetic).
@@ -45,6 +47,7 @@ import tensorflow as tf
 from tasks import base
 from tasks import cifar10 as cifar10_task
 from tasks import embedded
+from tasks import leaf_shakespeare
 from tasks import models
 from tasks import partition
 from tasks.registry import TaskOptions, register
@@ -100,10 +103,29 @@ def load_tfds_arrays(tfds_name: str, cache_dir: Optional[str]):
 # ------------------------------------------------------------ task assembly
 
 
+SPLIT_SCHEMES = partition.FEDDYN_SCHEMES + ('stratified',)
+
+
+def stratified_split(labels: np.ndarray, num_clients: int, seed: int) -> list[np.ndarray]:
+  """IID with equal class counts: each class's examples, shuffled, dealt out in
+  near-equal shares (paper 003's code for balanced IID CIFAR-100)."""
+  labels = np.asarray(labels)
+  rng = np.random.default_rng([seed, 5])
+  shares = [[] for _ in range(num_clients)]
+  for c in np.unique(labels):
+    for k, part in enumerate(np.array_split(rng.permutation(np.flatnonzero(labels == c)),
+                                            num_clients)):
+      shares[k].append(part)
+  return [np.sort(np.concatenate(parts)) for parts in shares]
+
+
 def split_clients(labels: np.ndarray, options: TaskOptions,
                   default_clients: int = DEFAULT_CLIENTS) -> list[np.ndarray]:
-  """`partition.feddyn_split` from the task options (errors as TaskError)."""
+  """`partition.feddyn_split` (or `stratified_split`) from the task options
+  (errors as TaskError)."""
   num_clients = options.num_clients or default_clients
+  if options.partition == 'stratified':
+    return stratified_split(labels, num_clients, options.seed)
   try:
     return partition.feddyn_split(labels, num_clients, options.partition, options.seed,
                                   alpha=options.dirichlet_alpha,
@@ -114,11 +136,14 @@ def split_clients(labels: np.ndarray, options: TaskOptions,
 
 def check_split_options(options: TaskOptions) -> None:
   """Cheap checks of the split options (run before any data is read)."""
-  if options.partition not in partition.FEDDYN_SCHEMES:
-    raise base.TaskError(f'paper-003 tasks split {"|".join(partition.FEDDYN_SCHEMES)}, '
+  if options.partition not in SPLIT_SCHEMES:
+    raise base.TaskError(f'paper-003 tasks split {"|".join(SPLIT_SCHEMES)}, '
                          f'not {options.partition!r}')
   if options.partition == 'dirichlet' and options.dirichlet_alpha <= 0:
     raise base.TaskError(f'dirichlet_alpha must be > 0, got {options.dirichlet_alpha}')
+  if options.partition == 'stratified' and options.unbalanced_sigma:
+    raise base.TaskError('--partition=stratified gives every client the same class counts: '
+                         'leave --unbalanced_sigma at 0')
 
 
 def _task(name, options, x_tr, y_tr, x_te, y_te, transform, keras_fn, element_spec,
@@ -143,9 +168,15 @@ def _task(name, options, x_tr, y_tr, x_te, y_te, transform, keras_fn, element_sp
                 num_train_examples=int(sizes.sum()), num_test_examples=len(y_te)))
 
 
-def _flat_images(e):
-  x = tf.reshape(tf.cast(e['x'], tf.float32) / 255.0, [tf.shape(e['x'])[0], -1])
-  return collections.OrderedDict(x=x, y=e['y'])
+MNIST_MEAN, MNIST_STD = 0.1307, 0.3081   # the reference code's Normalize
+
+
+def _flat_standardiser(mean: float, std: float):
+  """Images flattened, scaled to [0, 1] and standardised (reference code)."""
+  def transform(e):
+    x = tf.reshape(tf.cast(e['x'], tf.float32) / 255.0, [tf.shape(e['x'])[0], -1])
+    return collections.OrderedDict(x=(x - mean) / std, y=e['y'])
+  return transform
 
 
 def _standardiser(mean, std):
@@ -183,7 +214,8 @@ def build_digits(options: TaskOptions) -> base.Task:
 def build_mnist(options: TaskOptions) -> base.Task:
   check_split_options(options)
   x_tr, y_tr, x_te, y_te = load_tfds_arrays('mnist', options.cache_dir)
-  return _task('mnist', options, x_tr, y_tr, x_te, y_te, _flat_images,
+  return _task('mnist', options, x_tr, y_tr, x_te, y_te,
+               _flat_standardiser(MNIST_MEAN, MNIST_STD),
                lambda: models.mlp_200_100(784, 10), _flat_spec(784), 'mlp_200_100',
                'tfds mnist')
 
@@ -202,7 +234,9 @@ def build_emnist_letters10(options: TaskOptions) -> base.Task:
   x_tr, y_tr, x_te, y_te = load_tfds_arrays('emnist/letters', options.cache_dir)
   x_tr, y_tr = first_letters(x_tr, y_tr)
   x_te, y_te = first_letters(x_te, y_te)
-  return _task('emnist_letters10', options, x_tr, y_tr, x_te, y_te, _flat_images,
+  pixels = x_tr.astype(np.float64) / 255.0   # standardised by the training set (reference)
+  transform = _flat_standardiser(float(pixels.mean()), float(pixels.std()) or 1.0)
+  return _task('emnist_letters10', options, x_tr, y_tr, x_te, y_te, transform,
                lambda: models.mlp_200_100(784, 10), _flat_spec(784), 'mlp_200_100',
                'tfds emnist/letters, letters a-j')
 
@@ -325,22 +359,76 @@ def build_synthetic(options: TaskOptions) -> base.Task:
 
 # ------------------------------------------------------------- Shakespeare
 
+SYNTHETIC_SHAKESPEARE_CROP = (20, 4)   # samples per device (train, test) on TFF's tiny data
+
+
+def _role_texts(client_data, client_ids) -> list[np.ndarray]:
+  """Each role's snippets joined by spaces, LEAF-encoded."""
+  texts = []
+  known = set(client_data.client_ids)
+  for cid in client_ids:
+    snippets = [] if cid not in known else [
+        e['snippets'].decode('utf-8', errors='replace')
+        for e in client_data.create_tf_dataset_for_client(cid).as_numpy_iterator()]
+    texts.append(leaf_shakespeare.encode(' '.join(snippets)))
+  return texts
+
+
+def shakespeare_lstm_003() -> tf.keras.Model:
+  """Paper 003's (= FedProx's) model: the 80 characters embedded in 8 dims,
+  2 x LSTM(100), logits of the next character from the last step."""
+  vocab = len(leaf_shakespeare.LETTERS)
+  return tf.keras.Sequential([
+      tf.keras.Input(shape=(leaf_shakespeare.WINDOW,), dtype=tf.int32),
+      tf.keras.layers.Embedding(vocab, 8),
+      tf.keras.layers.LSTM(100, return_sequences=True),
+      tf.keras.layers.LSTM(100),
+      tf.keras.layers.Dense(vocab),
+  ], name='shakespeare_lstm100')
+
 
 @register('shakespeare_003', models=('lstm100',),
-          description="TFF Shakespeare (per-role clients) with paper 003's model: "
-                      'Embedding 8, 2 x LSTM 100 (logits at every step)')
+          description="paper 003's Shakespeare: 100 devices x 2,000 samples (80 characters "
+                      "-> the next), --partition=natural (roles) | iid; 2 x LSTM 100")
 def build_shakespeare(options: TaskOptions) -> base.Task:
-  """`shakespeare_character`'s data and metrics, paper 003's 2 x LSTM(100).
+  """`leaf_shakespeare`'s samples from TFF's Shakespeare roles, the paper's LSTM."""
+  from tasks import tff_data  # pylint: disable=g-import-not-at-top
+  if options.partition not in leaf_shakespeare.SPLITS:
+    raise base.TaskError(f'shakespeare_003 splits {"|".join(leaf_shakespeare.SPLITS)} '
+                         f'(--partition), not {options.partition!r}')
+  raw = tff_data.load('shakespeare', options.cache_dir, options.use_synthetic_data)
+  ids = list(raw.train.client_ids)
+  devices = options.num_clients or DEFAULT_CLIENTS
+  train_texts, test_texts = _role_texts(raw.train, ids), _role_texts(raw.test, ids)
+  sizes = {}
+  if options.use_synthetic_data:  # TFF's synthetic roles are a few lines long
+    sizes = dict(zip(('crop', 'test_crop'), SYNTHETIC_SHAKESPEARE_CROP))
+    devices = max(1, min(devices, len(leaf_shakespeare.eligible_roles(
+        train_texts, test_texts, **sizes))))
+  try:
+    samples = leaf_shakespeare.split(train_texts, test_texts, options.partition, devices,
+                                     options.seed, **sizes)
+  except ValueError as e:
+    raise base.TaskError(str(e)) from None
+  offsets = np.cumsum([0] + [len(y) for y in samples.y])
+  parts = [np.arange(offsets[i], offsets[i + 1]) for i in range(len(samples.y))]
+  train = partition.to_client_data(collections.OrderedDict(
+      x=np.concatenate(samples.x), y=np.concatenate(samples.y)), parts)
+  batch = options.batch_size
 
-  The paper (LEAF) predicts one character after each 80-character window; TFF's
-  pipeline predicts every next character of the window, so the model emits
-  logits at every step (`models.shakespeare_lstm_003`, return_sequences=True).
-  """
-  from tasks import shakespeare  # pylint: disable=g-import-not-at-top
-  task = shakespeare.build(dataclasses.replace(options, model=None))
-  spec = task.client_dataset(task.client_ids[0]).element_spec
-  model_fn = base.logits_classifier_fn(
-      lambda: models.shakespeare_lstm_003(shakespeare.VOCAB_SIZE), spec,
-      metrics_fn=shakespeare._metrics)  # pylint: disable=protected-access
-  return dataclasses.replace(task, name='shakespeare_003', model_fn=model_fn,
-                             info=dict(task.info, model='lstm100'))
+  def to_int(e):
+    return collections.OrderedDict(x=tf.cast(e['x'], tf.int32), y=e['y'])
+
+  spec = collections.OrderedDict(
+      x=tf.TensorSpec([None, leaf_shakespeare.WINDOW], tf.int32),
+      y=tf.TensorSpec([None], tf.int32))
+  test = tf.data.Dataset.from_tensor_slices(collections.OrderedDict(
+      x=samples.x_test, y=samples.y_test)).batch(EVAL_BATCH).map(to_int)
+  return base.Task(
+      name='shakespeare_003', train_data=train,
+      preprocess_fn=lambda ds: ds.batch(batch).map(to_int), test_data=test,
+      model_fn=base.logits_classifier_fn(shakespeare_lstm_003, spec),
+      info=dict(model='lstm100', source='TFF shakespeare roles, LEAF samples',
+                partition=options.partition, num_train_clients=len(parts),
+                samples_per_client=len(samples.y[0]), roles=samples.roles,
+                num_train_examples=int(offsets[-1]), num_test_examples=len(samples.y_test)))

@@ -110,7 +110,8 @@ def test_feddyn_follows_the_update_equations(options):
     np.testing.assert_allclose(model(algorithm.process, state), device_average,
                                rtol=1e-5, atol=1e-5)
     assert np.abs(device_average - theta).max() > 1e-2
-    states = {k: s['grad'] for k, s in states.items()}
+    state = dict(state, algorithm=state['algorithm']['algorithm'])
+    states = {k: s['algorithm'] for k, s in states.items()}
   else:
     np.testing.assert_allclose(model(algorithm.process, state), theta, rtol=1e-5,
                                atol=1e-5)

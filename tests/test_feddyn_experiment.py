@@ -22,6 +22,7 @@ def _run(*args, timeout=1200):
 def test_grid_helpers_and_table_cells():
   from experiments import feddyn
   assert feddyn.parse_split('iid') == {'partition': 'iid'}
+  assert feddyn.parse_split('natural') == {'partition': 'natural'}
   assert feddyn.parse_split('dirichlet:0.3') == {'partition': 'dirichlet',
                                                  'dirichlet_alpha': 0.3}
   for bad in ('sorted', 'dirichlet:0', 'dirichlet:x'):

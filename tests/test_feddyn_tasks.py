@@ -8,6 +8,7 @@ import pytest
 import tensorflow as tf
 
 from tasks import TaskError, TaskOptions, feddyn_data, get_task, models, partition
+from tasks import leaf_shakespeare
 from tff_algos import metrics_tables, training
 
 
@@ -71,6 +72,17 @@ def test_dirichlet_prior_split_survives_exhausted_classes_and_is_seeded():
   assert all(np.array_equal(x, y) for x, y in zip(a, b))
   assert sorted(np.concatenate(a).tolist()) == list(range(len(labels)))
   assert [len(p) for p in a] == sizes.tolist()
+
+
+def test_stratified_split_gives_every_client_equal_class_counts():
+  labels = np.repeat(np.arange(10), 20)
+  parts = feddyn_data.stratified_split(labels, 4, seed=1)
+  assert np.array_equal(np.sort(np.concatenate(parts)), np.arange(200))   # each once
+  for part in parts:
+    assert np.bincount(labels[part], minlength=10).tolist() == [5] * 10
+  assert not np.array_equal(parts[0], feddyn_data.stratified_split(labels, 4, seed=2)[0])
+  with pytest.raises(TaskError, match='unbalanced_sigma'):
+    feddyn_data.check_split_options(TaskOptions(partition='stratified', unbalanced_sigma=0.3))
 
 
 def test_feddyn_split_rejects_other_schemes():
@@ -211,6 +223,23 @@ def test_tfds_tasks_load_through_mock_data(task_name, tmp_path):
     assert task.info['num_train_examples'] < 80
 
 
+def test_mnist_and_emnist_letters_are_standardised_as_the_reference_code(monkeypatch):
+  rng = np.random.default_rng(0)
+  x = rng.integers(0, 256, (400, 28, 28, 1)).astype(np.uint8)
+  x[:, :8] = 0                                  # a skewed pixel distribution
+  y = rng.integers(1, 11, 400).astype(np.int32)
+  monkeypatch.setattr(feddyn_data, 'load_tfds_arrays', lambda *a: (x, y, x[:50], y[:50]))
+
+  def train_pixels(name):
+    task = get_task(name, TaskOptions(batch_size=50, num_clients=4))
+    return np.concatenate([b['x'].numpy() for c in task.client_ids
+                           for b in task.client_dataset(c)])
+  mnist = train_pixels('mnist')
+  np.testing.assert_allclose(mnist.mean(), (x.mean() / 255 - 0.1307) / 0.3081, rtol=1e-4)
+  emnist = train_pixels('emnist_letters10')      # by its own training set's mean/std
+  assert abs(emnist.mean()) < 1e-3 and abs(emnist.std() - 1) < 1e-3
+
+
 # ------------------------------------------------------------------ models
 
 
@@ -277,13 +306,70 @@ def test_models_to_target_reads_a_run_directory(tmp_path):
   assert res.round == 2 and res.models_transmitted == 4.0 and res.total_models == 16.0
 
 
-def test_shakespeare_003_uses_the_papers_lstm():
-  task = get_task('shakespeare_003', TaskOptions(use_synthetic_data=True, batch_size=2))
-  x, y = next(iter(task.client_dataset(task.client_ids[0])))
+def test_shakespeare_003_uses_the_papers_lstm_on_one_next_character():
+  task = get_task('shakespeare_003', TaskOptions(use_synthetic_data=True, batch_size=2,
+                                                 partition='natural'))
+  batch = next(iter(task.client_dataset(task.client_ids[0])))
+  assert tuple(batch['x'].shape) == (2, 80) and tuple(batch['y'].shape) == (2,)
   model = task.model_fn()
-  out = model.forward_pass((x, y), training=False)
-  assert tuple(out.predictions.shape[1:]) == (80, 90) and np.isfinite(float(out.loss))
-  kernels = sorted(tuple(v.shape) for v in model.trainable_variables
-                   if 'recurrent_kernel' in v.name)
-  assert kernels == [(100, 400)] * 2
+  out = model.forward_pass(batch, training=False)
+  assert tuple(out.predictions.shape) == (2, 80) and np.isfinite(float(out.loss))
+  shapes = sorted(tuple(v.shape) for v in model.trainable_variables)
+  assert (80, 8) in shapes                                   # embedding, 80 letters
+  assert (8, 400) in shapes and shapes.count((100, 400)) == 3  # 2 x LSTM(100)
+  assert (100, 80) in shapes                                 # logits of 80 letters
   assert task.info['model'] == 'lstm100'
+
+
+def test_leaf_samples_are_80_character_windows_and_the_next_character():
+  codes = leaf_shakespeare.encode('To be,\n  or not   to be')
+  assert ''.join(leaf_shakespeare.LETTERS[c] for c in codes) == 'To be, or not to be'
+  text = leaf_shakespeare.encode(''.join(chr(65 + i % 26) for i in range(100)))
+  x, y = leaf_shakespeare.windows(text, np.array([0, 7]))
+  assert x.shape == (2, 80) and leaf_shakespeare.num_samples(text) == 20
+  np.testing.assert_array_equal(x[1], text[7:87])
+  np.testing.assert_array_equal(y, [text[80], text[87]])
+  assert len(leaf_shakespeare.LETTERS) == 80
+
+
+def _roles(lengths, seed=0):
+  rng = np.random.default_rng(seed)
+  return [rng.integers(0, 80, n).astype(np.uint8) for n in lengths]
+
+
+def test_natural_split_crops_consecutive_samples_of_eligible_roles():
+  # Paper 003 / its code: roles with > 2000 train and > 400 test samples, 100
+  # of them, 2000 consecutive training and 400 consecutive test samples each.
+  train = _roles([2100, 5000, 1500, 3000] * 30)
+  test = _roles([600, 900, 900, 300] * 30, seed=1)
+  samples = leaf_shakespeare.natural_split(train, test, 30, seed=0)
+  assert len(samples.x) == 30 and samples.x_test.shape == (30 * 400, 80)
+  for i, role in enumerate(samples.roles):
+    assert role % 4 in (0, 1)          # the 1500-sample and 300-test roles are left out
+    x, y = samples.x[i], samples.y[i]
+    assert x.shape == (2000, 80) and y.shape == (2000,)
+    every, labels = leaf_shakespeare.windows(
+        train[role], np.arange(leaf_shakespeare.num_samples(train[role])))
+    start = int(np.flatnonzero(np.all(every == x[0], axis=1))[0])
+    np.testing.assert_array_equal(x, every[start:start + 2000])   # consecutive
+    np.testing.assert_array_equal(y, labels[start:start + 2000])
+  assert len(set(samples.roles)) == 30
+  with pytest.raises(ValueError, match='only 60 roles'):
+    leaf_shakespeare.natural_split(train, test, 61, seed=0)
+
+
+def test_iid_split_deals_out_samples_of_all_roles():
+  train = _roles([3000, 4000, 5000])
+  test = _roles([700, 800, 900], seed=1)
+  samples = leaf_shakespeare.iid_split(train, test, 4, seed=2, crop=500, test_crop=100)
+  assert [x.shape for x in samples.x] == [(500, 80)] * 4
+  assert samples.x_test.shape == (400, 80) and samples.roles is None
+  every = np.concatenate([leaf_shakespeare.windows(t, np.arange(len(t) - 80))[0]
+                          for t in train])
+  drawn = np.concatenate(samples.x)
+  keys = {bytes(r) for r in every}
+  assert all(bytes(r) in keys for r in drawn[::50])        # real windows ...
+  assert len({bytes(r) for r in drawn}) == len(drawn)      # ... without replacement
+  first = np.array([bytes(r) in {bytes(w) for w in leaf_shakespeare.windows(
+      train[0], np.arange(2920))[0]} for r in samples.x[0]])
+  assert 0.1 < first.mean() < 0.5                          # mixed over roles (~25 %)

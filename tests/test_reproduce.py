@@ -444,3 +444,145 @@ def test_paper001_cifar10_tuned_sgd_runs_the_step_schedule():
   assert list(hp.client_lr_milestones) == ['150', '200']
   with pytest.raises(ValueError, match='client_lr_milestones'):
     registry.check('fedavg', HParams(client_lr_milestones=['150']))
+
+
+# -- paper 003 (FedDyn): every setting of Tables 1, 2, 4, 5 -----------------------
+
+def _paper003_plans(name):
+  from experiments import configs
+  return {p.label: p.flags for p in reproduce.trainer_plans(configs.get(name), 'full')}
+
+
+# (experiment, target accuracy %, published models transmitted of FedDyn,
+# SCAFFOLD, FedAvg, FedProx at that target; None: printed "N+"), read off the paper.
+PAPER003_SPOT_CHECKS = [
+    ('feddyn_cifar10_p10_iid', 84.5, (637, 1852, None, None)),
+    ('feddyn_cifar100_p10_iid_500dev', 38.3, (477, 1408, 1997, 1974)),
+    ('feddyn_cifar10_p10_dir03_1000dev', 70.6, (350, 2138, 1962, 1517)),
+    ('feddyn_cifar100_p100_iid', 39.4, (55, 172, None, 741)),
+    ('feddyn_shakespeare_p100_iid', 45.4, (28, 64, 59, 56)),
+    ('feddyn_shakespeare_p10_iid', 46.9, (63, 94, 138, 190)),
+    ('feddyn_shakespeare_p1_iid', 42.0, (148, 342, 149, 142)),
+    ('feddyn_shakespeare_p100_noniid', 47.3, (33, 70, 134, None)),
+    ('feddyn_emnistl_p10_dir06', 94.9, (192, 296, 306, None)),
+    ('feddyn_cifar100_p10_dir03_unbalanced', 47.3, (234, 942, 871, None)),
+    ('feddyn_mnist_p1_dir03', 98.2, (521, 954, 951, 974)),
+    ('feddyn_cifar100_p1_dir06', 35.6, (342, 1876, 317, 342)),
+]
+
+
+def test_paper003_every_setting_of_tables_1_2_4_5_is_an_experiment():
+  from experiments import configs
+  names = [n for n in configs.all_experiments() if n.startswith('feddyn_')
+           and 'synthetic' not in n]
+  assert len(names) == 50
+  tables = {}
+  for name in names:
+    exp = configs.get(name)
+    for table in re.findall(r'Table (\d)', exp.ref):
+      tables[table] = tables.get(table, 0) + 1
+  # Table 1: 8 settings; Table 2: 24 (10 % CIFAR IID/Dir .3 are Table 1's);
+  # Table 4: 8 (4 balanced = Table 1's); Table 5: 14.
+  assert tables == {'1': 8, '2': 24, '4': 8, '5': 14}
+  for name, target, values in PAPER003_SPOT_CHECKS:
+    published = {p.key: p.value for p in configs.get(name).published}
+    for method, value in zip(('feddyn', 'scaffold', 'fedavg', 'fedprox'), values):
+      key = f'{method}/models_to{target / 100:.4g}'
+      assert published.get(key) == value, (name, key, published.get(key))
+
+
+def test_paper003_evaluates_the_average_of_all_device_models():
+  from experiments import configs
+  for name in ('feddyn_cifar10_p10_iid', 'feddyn_shakespeare_p1_noniid',
+               'feddyn_mnist_p100_dir06'):
+    plans = _paper003_plans(name)
+    assert sorted(plans) == ['fedavg', 'feddyn', 'fedprox', 'scaffold']
+    assert all(flags['report_device_average'] for flags in plans.values()), name
+  assert all(plan.flags['report_device_average'] for plan in reproduce.trainer_plans(
+      configs.get('feddyn_mnist_p100_dir06'), 'smoke'))
+
+
+@pytest.mark.parametrize('name,split,alpha,lr_decay,rounds', [
+    ('feddyn_shakespeare_p100_noniid', 'natural', 0.009, 1.0, 150),
+    ('feddyn_shakespeare_p100_iid', 'iid', 0.009, 1.0, 150),
+    ('feddyn_shakespeare_p10_iid', 'iid', 0.015, 1.0, 250),
+    ('feddyn_shakespeare_p1_noniid', 'natural', 0.001, 0.998, 250),
+])
+def test_paper003_shakespeare_runs_the_papers_samples_and_lstm(name, split, alpha,
+                                                               lr_decay, rounds):
+  plans = _paper003_plans(name)
+  for label, flags in plans.items():
+    assert flags['task'] == 'shakespeare_003' and flags['model'] == 'lstm100', label
+    assert flags['partition'] == split and flags['num_clients'] == 100
+    assert flags['client_batch_size'] == 100 and flags['client_learning_rate'] == 1.0
+    assert flags['client_weight_decay'] == 1e-4 and flags['total_rounds'] == rounds
+    assert flags.get('client_lr_decay', 1.0) == lr_decay
+  assert plans['feddyn']['feddyn_alpha'] == alpha
+  assert plans['feddyn']['client_epochs_per_round'] == 5
+  assert plans['scaffold']['local_steps'] == 100      # 5 epochs x 2000 / 100
+  assert plans['fedprox']['prox_mu'] == 1e-4
+
+
+@pytest.mark.parametrize('name,alpha,epochs,scaffold_k,mu', [
+    ('feddyn_cifar100_p10_iid_500dev', 0.01, 2, 4, 1e-4),        # App. A.2, 500 devices
+    ('feddyn_cifar100_p10_dir03_500dev', 0.01, 2, 4, 1e-4),
+    ('feddyn_cifar100_p10_iid_unbalanced', 0.1, 2, 20, 1e-4),    # unbalanced CIFAR-100
+    ('feddyn_cifar10_p10_iid', 0.1, 5, 50, 1e-4),                # App. A.3: best alpha
+    ('feddyn_mnist_p10_iid', 0.03, 50, 600, 1e-4),               # MNIST 10 % IID
+    ('feddyn_mnist_p100_dir03', 0.01, 50, 600, 1e-4),
+    ('feddyn_emnistl_p100_dir06', 0.005, 50, 500, 1e-4),
+    ('feddyn_emnistl_p1_dir06', 0.001, 50, 500, 1e-4),
+    ('feddyn_emnistl_p10_dir03', 0.01, 50, 500, 1e-4),
+    ('feddyn_emnistl_p1_iid', 0.003, 50, 500, 1e-4),
+])
+def test_paper003_hyperparameters_per_setting(name, alpha, epochs, scaffold_k, mu):
+  plans = _paper003_plans(name)
+  assert plans['feddyn']['feddyn_alpha'] == alpha
+  assert plans['feddyn']['client_epochs_per_round'] == epochs
+  assert plans['scaffold']['local_steps'] == scaffold_k
+  assert plans['fedprox']['prox_mu'] == mu
+  assert all(flags['clip_norm'] == 10.0 for flags in plans.values())
+  assert plans['scaffold']['scaffold_reference_conventions']
+  assert plans['scaffold']['server_learning_rate'] == 1.0
+
+
+PAPER003_DATA = {  # dataset in the name -> (task, model, batch, weight decay)
+    'cifar10': ('cifar10', 'cnn003', 50, 1e-3), 'cifar100': ('cifar100_split', 'cnn003', 50, 1e-3),
+    'mnist': ('mnist', 'mlp_200_100', 50, 1e-4), 'emnistl': ('emnist_letters10', 'mlp_200_100',
+                                                             50, 1e-4),
+    'shakespeare': ('shakespeare_003', 'lstm100', 100, 1e-4)}
+
+
+def _paper003_names():
+  try:
+    from experiments.configs import paper003
+    return [e.name for e in paper003.EXPERIMENTS]
+  except Exception:  # reported by test_every_config_is_valid
+    return []
+
+
+@pytest.mark.parametrize('name', _paper003_names())
+def test_paper003_each_setting_runs_its_data_split_and_cohort(name):
+  # feddyn_<dataset>_p<percent>_<split>[_<N>dev][_unbalanced], read off the name.
+  m = re.fullmatch(r'feddyn_([a-z0-9]+)_p(\d+)_(iid|dir06|dir03|noniid)(?:_(\d+)dev)?'
+                   r'(_unbalanced)?', name)
+  assert m, name
+  dataset, percent, split, devices, unbalanced = m.groups()
+  devices = int(devices or 100)
+  task, model, batch, decay = PAPER003_DATA[dataset]
+  plans = _paper003_plans(name)
+  assert sorted(plans) == ['fedavg', 'feddyn', 'fedprox', 'scaffold']
+  for flags in plans.values():
+    assert (flags['task'], flags['model'], flags['client_batch_size']) == (task, model, batch)
+    assert flags['num_clients'] == devices
+    assert flags['clients_per_round'] == max(1, round(int(percent) / 100 * devices))
+    assert flags['client_weight_decay'] == decay and flags['clip_norm'] == 10.0
+    assert flags['report_device_average']
+    if dataset == 'shakespeare':
+      assert flags['partition'] == {'iid': 'iid', 'noniid': 'natural'}[split]
+    elif split == 'iid':
+      assert flags['partition'] == 'iid' and 'dirichlet_alpha' not in flags
+    else:
+      assert flags['partition'] == 'dirichlet'
+      assert flags['dirichlet_alpha'] == {'dir06': 0.6, 'dir03': 0.3}[split]
+    assert flags.get('unbalanced_sigma', 0.0) == (0.3 if unbalanced else 0.0)

@@ -24,13 +24,11 @@ Options of the authors' reference code (alpemreacar/FedDyn), all off by default:
   whole gradient and weight_decay theta is added after it;
 * `clip_norm`: global-norm clipping of the local gradient (reference: 10);
 * `weight_decay`: plain l2 weight decay of the local steps (reference: 1e-3);
-* `report_device_average`: the reported (evaluated) model is the average of
-  ALL m device models theta_k (a never-selected device holds the initial
-  model), as the reference code's `all_model`. Each client then also keeps
-  theta_k in its state and uploads theta_k^t - theta_k^old, so the server
-  tracks the average incrementally: avg += (1/m) sum_k (theta_k^t - theta_k^old)
-  (one more model uploaded, counted in the traffic). The server model theta_t
-  itself is `process.server_model(state)`.
+* `report_device_average`: the reported (evaluated) model is the plain average
+  of ALL m device models theta_k (a never-selected device holds the initial
+  model), as the reference code's `all_model` (`core.device_average`: one
+  more model uploaded, counted). The server model theta_t itself is
+  `process.server_model(state)`.
 Clients whose update is non-finite are left out of the mean and keep g_k.
 """
 
@@ -45,6 +43,7 @@ import tensorflow_federated as tff
 
 from tff_algos.core import accounting
 from tff_algos.core import client_work as client_work_lib
+from tff_algos.core import device_average
 from tff_algos.core import local_training
 from tff_algos.core import stateful_process
 from tff_algos.core.algorithm import FederatedAlgorithm
@@ -119,21 +118,16 @@ def server_update(config: FedDynConfig, server_weights, h, delta_sum, num_client
 
 def _fns(config: FedDynConfig) -> stateful_process.StatefulFns:
   sgd = tff.learning.optimizers.build_sgdm(config.client_learning_rate)
-  devices = config.report_device_average
 
   def server_init(weights):
-    state = collections.OrderedDict(h=_zeros(list(weights.trainable)))
-    if devices:
-      state['device_average'] = list(weights.trainable)
-    return state
+    return collections.OrderedDict(h=_zeros(list(weights.trainable)))
 
   def broadcast(weights, algorithm_state):
     del algorithm_state
     return weights
 
-  def client_update(model, server_weights, hparams, dataset, client_state,
-                    mean_examples):
-    g_k = list(client_state['grad'] if devices else client_state)
+  def client_update(model, server_weights, hparams, dataset, g_k, mean_examples):
+    g_k = list(g_k)
     theta_srv = list(server_weights.trainable)
     alpha_k = client_alpha(config, local_training.count_examples(dataset),
                            mean_examples)
@@ -146,52 +140,24 @@ def _fns(config: FedDynConfig) -> stateful_process.StatefulFns:
         server_weights, dataset, hparams['num_steps'], hparams['num_epochs'],
         correction_fn=correction)
     delta = [-d for d in outcome.delta]          # theta_k^t - theta_{t-1}
-    new_g = client_state_update(g_k, delta, alpha_k)
-    if not devices:
-      return stateful_process.ClientStep(upload=delta, new_state=new_g,
-                                         outcome=outcome)
-    theta_k = [s + d for s, d in zip(theta_srv, delta)]
-    upload = collections.OrderedDict(
-        delta=delta,
-        device=[new - old for new, old in zip(theta_k, client_state['model'])])
     return stateful_process.ClientStep(
-        upload=upload, new_state=collections.OrderedDict(grad=new_g, model=theta_k),
-        outcome=outcome)
+        upload=delta, new_state=client_state_update(g_k, delta, alpha_k),
+        outcome=outcome, device_model=[s + d for s, d in zip(theta_srv, delta)])
 
-  def server_step(weights, algorithm_state, upload_sum, num_finite, population):
-    delta_sum = upload_sum['delta'] if devices else upload_sum
+  def server_step(weights, algorithm_state, delta_sum, num_finite, population):
     theta, h = server_update(config, list(weights.trainable), list(algorithm_state['h']),
                              list(delta_sum), num_finite, population[0])
-    new_state = collections.OrderedDict(h=h)
-    if devices:
-      new_state['device_average'] = [
-          a + d / population[0] for a, d in zip(algorithm_state['device_average'],
-                                                upload_sum['device'])]
     return (tff.learning.models.ModelWeights(trainable=theta,
                                              non_trainable=list(weights.non_trainable)),
-            new_state)
+            collections.OrderedDict(h=h))
 
   def initial_client_state(weights):
-    grad = _zeros(list(weights.trainable))
-    if not devices:
-      return grad
-    return collections.OrderedDict(grad=grad, model=list(weights.trainable))
+    return _zeros(list(weights.trainable))
 
-  report_weights = set_weights = None
-  if devices:
-    def report_weights(weights, algorithm_state):
-      return tff.learning.models.ModelWeights(
-          trainable=list(algorithm_state['device_average']),
-          non_trainable=list(weights.non_trainable))
-
-    def set_weights(weights, algorithm_state):
-      state = collections.OrderedDict(algorithm_state)
-      state['device_average'] = list(weights.trainable)
-      return state
-
-  return stateful_process.StatefulFns(server_init, broadcast, client_update,
-                                      server_step, initial_client_state,
-                                      report_weights, set_weights)
+  fns = stateful_process.StatefulFns(server_init, broadcast, client_update,
+                                     server_step, initial_client_state)
+  return (device_average.with_device_average(fns) if config.report_device_average
+          else fns)
 
 
 def build_feddyn(model_fn: Callable[[], tff.learning.models.VariableModel],
@@ -224,7 +190,7 @@ def _feddyn_config(hp: HParams) -> FedDynConfig:
       adaptive_alpha=hp.feddyn_adaptive_alpha,
       weight_decay_form=hp.feddyn_weight_decay_form,
       weight_decay=hp.client_weight_decay, clip_norm=hp.clip_norm,
-      report_device_average=hp.feddyn_report_device_average)
+      report_device_average=hp.report_device_average)
 
 
 def _build_feddyn(model_fn, hp: HParams) -> FederatedAlgorithm:

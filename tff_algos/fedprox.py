@@ -15,6 +15,14 @@ It is FedOpt (`fedopt.compose`, our client work) with the proximal gradient
 term as the local loop's correction, so K steps, epochs and the decaying
 schedules of paper 000 apply too.
 
+`report_device_average` (FedProx, and FedAvg as mu = 0): the reported model is
+the average of all device models theta_k, weighted as the server weights
+clients (n_k, or 1 with uniform weighting), paper 003's evaluated model. Each
+device then keeps theta_k between rounds, so the round is a stateful-client
+process (`build_device_average`, `core.device_average`) with the same client
+update and a server step x_{t+1} = x_t + eta (weighted mean theta_k - x_t)
+(server SGD only).
+
 Why not TFF's `build_weighted_fed_prox`: in TFF 0.87 its client work adds
 mu (x_t - theta) to the gradient (`proximal_client_work.py`: `mu * (y - x)`
 with x the current and y the initial weights), the gradient of
@@ -24,13 +32,18 @@ shows ours equals TFF's at mu = 0 and TFF's equals the rule with -mu.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 from typing import Callable
 
+import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_algos import fedopt
 from tff_algos.core import accounting
+from tff_algos.core import device_average
+from tff_algos.core import local_training
+from tff_algos.core import stateful_process
 from tff_algos.core.algorithm import FederatedAlgorithm
 from tff_algos.hparams import AlgorithmSpec, HParams
 
@@ -39,10 +52,17 @@ from tff_algos.hparams import AlgorithmSpec, HParams
 class FedProxConfig:
   mu: float = 0.01
   fedopt: fedopt.FedOptConfig = fedopt.FedOptConfig()
+  report_device_average: bool = False
 
   def __post_init__(self):
     if not self.mu >= 0:
       raise ValueError(f'fedprox mu must be >= 0, got {self.mu}')
+    server = self.fedopt.server_optimizer
+    if self.report_device_average and (
+        server.name != 'sgd' or server.momentum or self.fedopt.server_lr_decay != 1.0):
+      raise ValueError('report_device_average runs FedAvg/FedProx with a plain server '
+                       'step: use --server_optimizer=sgd without momentum or '
+                       '--server_lr_decay')
 
 
 def proximal_correction(mu: float):
@@ -56,9 +76,70 @@ def proximal_correction(mu: float):
   return correction
 
 
+def _device_average_fns(config: FedProxConfig) -> stateful_process.StatefulFns:
+  """FedProx's round with a device model per client (see the module docstring)."""
+  opt = config.fedopt
+  optimizer = opt.client_optimizer.build()
+  correction = local_training.regularized(
+      proximal_correction(float(config.mu)) if config.mu else None,
+      opt.weight_decay, opt.clip_norm)
+  eta = opt.server_optimizer.learning_rate
+
+  def server_init(weights):
+    del weights
+    return collections.OrderedDict()
+
+  def broadcast(weights, algorithm_state):
+    del algorithm_state
+    return weights
+
+  def client_update(model, x_t, hparams, dataset, participations, mean_examples):
+    del mean_examples
+    outcome = local_training.run_local_training(
+        model, optimizer, collections.OrderedDict(learning_rate=hparams['learning_rate']),
+        x_t, dataset, hparams['num_steps'], hparams['num_epochs'],
+        correction_fn=None if correction is None else correction(x_t))
+    weight = (tf.constant(1.0) if opt.uniform_weighting else
+              tf.cast(local_training.count_examples(dataset), tf.float32))
+    upload = collections.OrderedDict(delta=[-weight * d for d in outcome.delta],
+                                     weight=weight)
+    return stateful_process.ClientStep(
+        upload=upload, new_state=participations + 1.0, outcome=outcome,
+        device_model=[x - d for x, d in zip(x_t.trainable, outcome.delta)])
+
+  def server_update(weights, algorithm_state, upload_sum, num_finite, population):
+    del num_finite, population
+    total = tf.maximum(upload_sum['weight'], 1e-12)
+    x = [w + eta * d / total for w, d in zip(weights.trainable, upload_sum['delta'])]
+    return (tff.learning.models.ModelWeights(trainable=x,
+                                             non_trainable=list(weights.non_trainable)),
+            algorithm_state)
+
+  def initial_client_state(weights):   # the device's number of participations
+    del weights
+    return tf.constant(0.0)
+
+  fns = stateful_process.StatefulFns(server_init, broadcast, client_update,
+                                     server_update, initial_client_state)
+  return device_average.with_device_average(fns, weighted=not opt.uniform_weighting)
+
+
+def build_device_average(model_fn: Callable[[], tff.learning.models.VariableModel],
+                         config: FedProxConfig, name: str) -> FederatedAlgorithm:
+  """FedProx (FedAvg: mu = 0) reporting the average of all device models."""
+  process, traffic = stateful_process.build_stateful_process(
+      model_fn, config.fedopt.client_schedule(), _device_average_fns(config),
+      needs_mean_examples=not config.fedopt.uniform_weighting)
+  return FederatedAlgorithm(
+      name=name, process=process, traffic=traffic, stateful_clients=True,
+      compute=accounting.ComputeModel(optimizer_flops_per_param=5.0 if config.mu else 2.0))
+
+
 def build_fedprox(model_fn: Callable[[], tff.learning.models.VariableModel],
                   config: FedProxConfig = FedProxConfig(),
                   name: str = 'fedprox') -> FederatedAlgorithm:
+  if config.report_device_average:
+    return build_device_average(model_fn, config, name)
   work = fedopt.client_work(model_fn, config.fedopt, proximal_correction(float(config.mu)))
   algorithm = fedopt.compose(name, model_fn, work, config.fedopt.server_optimizer.build())
   # Paper 004 App. B, eq. (22): 5 operations per parameter and step with the
@@ -69,11 +150,26 @@ def build_fedprox(model_fn: Callable[[], tff.learning.models.VariableModel],
 
 # Trainer integration: flag values (HParams) -> config, in one place.
 def _fedprox_config(hp: HParams) -> FedProxConfig:
-  return FedProxConfig(mu=hp.prox_mu, fedopt=fedopt._fedopt_config(hp))
+  return FedProxConfig(mu=hp.prox_mu, fedopt=fedopt._fedopt_config(hp),
+                       report_device_average=hp.report_device_average)
 
 
 def _build_fedprox(model_fn, hp: HParams) -> FederatedAlgorithm:
   return build_fedprox(model_fn, _fedprox_config(hp))
+
+
+def with_device_average_option(fedavg: AlgorithmSpec) -> AlgorithmSpec:
+  """FedAvg's spec, building FedProx with mu = 0 under --report_device_average."""
+  def config(hp: HParams):
+    if not hp.report_device_average:
+      return fedavg.check(hp)
+    return FedProxConfig(mu=0.0, fedopt=fedopt._fedopt_config(hp), report_device_average=True)
+
+  def build(model_fn, hp: HParams) -> FederatedAlgorithm:
+    if not hp.report_device_average:
+      return fedavg.build(model_fn, hp)
+    return build_device_average(model_fn, config(hp), fedavg.name)
+  return dataclasses.replace(fedavg, build=build, check=config)
 
 
 ALGORITHM_SPECS = (

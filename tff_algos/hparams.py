@@ -55,7 +55,10 @@ class HParams:
   feddyn_alpha: float = 0.01
   feddyn_adaptive_alpha: bool = False   # alpha_k = alpha / (n_k / mean n) (reference code)
   feddyn_weight_decay_form: bool = False  # alpha term as SGD weight decay (reference code)
-  feddyn_report_device_average: bool = False  # evaluate mean of all device models (reference)
+  # SCAFFOLD as paper 003's code: c / w_i, dc weighted by w_i = n_i / mean n, c_i+ over gamma_0.
+  scaffold_reference_conventions: bool = False
+  # Evaluate the average of all device models (paper 003; feddyn, scaffold, fedavg, fedprox).
+  report_device_average: bool = False
   # Local steps (feddyn, scaffold, fedavg, fedprox, fedmax): grad clipped, then + decay.
   client_weight_decay: float = 0.0      # l2 weight decay
   clip_norm: Optional[float] = None     # global-norm gradient clipping

@@ -26,6 +26,7 @@ _MODULES = (fedopt, local_update, nastya, feddyn, scaffold, fedprox, fedmax,
 
 ALGORITHMS: dict[str, AlgorithmSpec] = {
     spec.name: spec for module in _MODULES for spec in module.ALGORITHM_SPECS}
+ALGORITHMS['fedavg'] = fedprox.with_device_average_option(ALGORITHMS['fedavg'])
 
 
 def get(name: str) -> AlgorithmSpec:
@@ -39,11 +40,13 @@ def get(name: str) -> AlgorithmSpec:
 # an error, not a silent no-op. (LocalUpdate's theta/decay_* flags are checked
 # by local_update itself.)
 ALGORITHM_SPECIFIC_FLAGS: dict[str, frozenset[str]] = {
-    **dict.fromkeys(('feddyn_alpha', 'feddyn_adaptive_alpha', 'feddyn_weight_decay_form',
-                     'feddyn_report_device_average'), frozenset({'feddyn'})),
+    **dict.fromkeys(('feddyn_alpha', 'feddyn_adaptive_alpha', 'feddyn_weight_decay_form'),
+                    frozenset({'feddyn'})),
+    'report_device_average': frozenset({'feddyn', 'scaffold', 'fedavg', 'fedprox'}),
     **dict.fromkeys(('client_weight_decay', 'clip_norm'),
                     frozenset({'feddyn', 'scaffold', 'fedavg', 'fedprox', 'fedmax'})),
     'prox_mu': frozenset({'fedprox'}),
+    'scaffold_reference_conventions': frozenset({'scaffold'}),
     **dict.fromkeys(('fedmax_beta', 'fedmax_reference_kl'), frozenset({'fedmax'})),
     'gbo_reference_conventions': frozenset({'fedgbo', 'mfl', 'mimelite', 'mimexlite'}),
     'server_adaptive_lr': frozenset({'nastya'}),

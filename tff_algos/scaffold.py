@@ -16,7 +16,16 @@ Server state: model x, control variate c (initially 0); client i keeps c_i
 Clients download x and c and upload dy and dc: two models each way. K is the
 number of steps the client actually took (E epochs: its batches times E).
 Optional global-norm clipping of the corrected gradient and l2 weight decay
-follow the reference code of paper 003 (`clip_norm`, `weight_decay`).
+follow the reference code of paper 003 (`clip_norm`, `weight_decay`);
+`report_device_average` reports the plain average of all N device models y_K
+(paper 003's evaluated model, `core.device_average`: one more upload).
+
+`reference_conventions` (paper 003's code, where its text is silent): with
+w_i = n_i / mean n, the local step uses g - c_i + c / w_i, the control
+variate divides by the INITIAL learning rate (c_i+ = c_i - c + (x - y_K) /
+(K gamma_0), also under an lr decay) and the server adds
+(1/N) sum w_i (c_i+ - c_i). Equal to the rule above on balanced data
+without an lr decay.
 """
 
 from __future__ import annotations
@@ -30,6 +39,7 @@ import tensorflow_federated as tff
 
 from tff_algos.core import accounting
 from tff_algos.core import client_work as client_work_lib
+from tff_algos.core import device_average
 from tff_algos.core import local_training
 from tff_algos.core import stateful_process
 from tff_algos.core.algorithm import FederatedAlgorithm
@@ -46,6 +56,8 @@ class ScaffoldConfig:
   client_lr_decay: float = 1.0
   weight_decay: float = 0.0
   clip_norm: Optional[float] = None
+  report_device_average: bool = False
+  reference_conventions: bool = False
 
   def __post_init__(self):
     if not self.client_learning_rate > 0:
@@ -94,23 +106,28 @@ def _fns(config: ScaffoldConfig) -> stateful_process.StatefulFns:
     return collections.OrderedDict(model=weights, c=algorithm_state['c'])
 
   def client_update(model, message, hparams, dataset, c_i, mean_examples):
-    del mean_examples
     c_i, c = list(c_i), list(message['c'])
+    w_i, cv_learning_rate = 1.0, hparams['learning_rate']
+    if config.reference_conventions:
+      w_i = tf.cast(local_training.count_examples(dataset), tf.float32) / tf.cast(
+          mean_examples, tf.float32)
+      cv_learning_rate = config.client_learning_rate
+    c_scaled = [cc / w_i for cc in c]
 
     def correction(weights, grads):
-      return corrected_gradient(config, grads, weights, c_i, c)
+      return corrected_gradient(config, grads, weights, c_i, c_scaled)
 
     outcome = local_training.run_local_training(
         model, sgd, collections.OrderedDict(learning_rate=hparams['learning_rate']),
         message['model'], dataset, hparams['num_steps'], hparams['num_epochs'],
         correction_fn=correction)
     delta = list(outcome.delta)                    # x - y_K
-    new_c_i = control_variate_update(c_i, c, delta, outcome.num_steps,
-                                     hparams['learning_rate'])
+    new_c_i = control_variate_update(c_i, c, delta, outcome.num_steps, cv_learning_rate)
     upload = collections.OrderedDict(
-        dy=[-d for d in delta], dc=[n - o for n, o in zip(new_c_i, c_i)])
-    return stateful_process.ClientStep(upload=upload, new_state=new_c_i,
-                                       outcome=outcome)
+        dy=[-d for d in delta], dc=[w_i * (n - o) for n, o in zip(new_c_i, c_i)])
+    return stateful_process.ClientStep(
+        upload=upload, new_state=new_c_i, outcome=outcome,
+        device_model=[x - d for x, d in zip(message['model'].trainable, delta)])
 
   def server_step(weights, algorithm_state, upload_sum, num_finite, population):
     x, c = server_update(config, list(weights.trainable), list(algorithm_state['c']),
@@ -123,15 +140,18 @@ def _fns(config: ScaffoldConfig) -> stateful_process.StatefulFns:
   def initial_client_state(weights):
     return [tf.zeros_like(w) for w in weights.trainable]
 
-  return stateful_process.StatefulFns(server_init, broadcast, client_update,
-                                      server_step, initial_client_state)
+  fns = stateful_process.StatefulFns(server_init, broadcast, client_update,
+                                     server_step, initial_client_state)
+  return (device_average.with_device_average(fns) if config.report_device_average
+          else fns)
 
 
 def build_scaffold(model_fn: Callable[[], tff.learning.models.VariableModel],
                    config: ScaffoldConfig = ScaffoldConfig(),
                    name: str = 'scaffold') -> FederatedAlgorithm:
   process, traffic = stateful_process.build_stateful_process(
-      model_fn, config.client_schedule(), _fns(config))
+      model_fn, config.client_schedule(), _fns(config),
+      needs_mean_examples=config.reference_conventions)
   # Per parameter and step: SGD's 2 plus the correction - c_i + c: 2 more
   # (paper 004 App. B's counting).
   return FederatedAlgorithm(name=name, process=process, traffic=traffic,
@@ -152,7 +172,9 @@ def _scaffold_config(hp: HParams) -> ScaffoldConfig:
       server_learning_rate=hp.server_learning_rate,
       local_steps=hp.local_steps, epochs=hp.client_epochs_per_round,
       local_steps_decay=hp.local_steps_decay, client_lr_decay=hp.client_lr_decay,
-      weight_decay=hp.client_weight_decay, clip_norm=hp.clip_norm)
+      weight_decay=hp.client_weight_decay, clip_norm=hp.clip_norm,
+      report_device_average=hp.report_device_average,
+      reference_conventions=hp.scaffold_reference_conventions)
 
 
 def _build_scaffold(model_fn, hp: HParams) -> FederatedAlgorithm:

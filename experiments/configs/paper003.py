@@ -9,13 +9,19 @@ round) until the test accuracy first reaches the target: key
 '<algorithm>/models_to<target>'. Entries printed as "N+" (target not reached
 within the budget) are not comparable numbers and are listed in the notes.
 
-`ALL_SETTINGS` is the complete transcription of the five tables (every row);
-`ALL_EXPERIMENTS` has one experiment per setting (4 trainer runs each, ~200 in
-all); `EXPERIMENTS` is the subset `SELECTED` (8 settings, 32 runs), chosen so
-every table and every dataset is covered at least once while keeping the smoke
-suite short (same names as in ALL_EXPERIMENTS); edit `SELECTED` to change it.
-Settings shared by several tables (Table 1's 100-device rows = Table 4's
-balanced rows = Table 2's omitted 10 % CIFAR rows) are one experiment.
+`ALL_SETTINGS` is the transcription of the five tables, one row per setting
+with the published values of every method; `EXPERIMENTS` has one experiment
+per setting of Tables 1, 2, 4 and 5 (50 settings, 200 trainer runs). Settings
+printed in several tables (Table 1's 100-device rows = Table 4's balanced
+rows = Table 2's omitted 10 % CIFAR rows) are one experiment. Table 6's
+settings (training-loss targets, the synthetic problem) are transcribed here
+but run by their own experiment.
+
+Every run evaluates the average of ALL device models, as the paper reports
+("we report the performance of the average model from all devices", App.
+A.2) and its code computes for all four methods (`--report_device_average`:
+plain mean for FedDyn and SCAFFOLD, n_k-weighted for FedAvg and FedProx as
+the code weights them).
 
 Hyperparameters (App. A.2; batch 50, or 100 for Shakespeare; weight decay;
 learning-rate decay per round; gradient clipping "for all methods", norm 10 in
@@ -29,17 +35,18 @@ IID 10 % (App. A.3: best alpha there); each experiment's notes say which.
 
 All four methods clip the local gradient to norm 10 and add the weight decay
 (reference code); FedAvg and FedProx run FedAvg's epochs with the lr decay.
+SCAFFOLD's global step is 1 (not stated; the reference code's default), and
+it runs the reference code's control variates (`--scaffold_reference_conventions`:
+c scaled by client size on unbalanced data, c_i+ over the initial lr).
 
-Known deviations (see notes): the paper reports
-the accuracy of the average of ALL device models (reference code), the trainer
-evaluates the server model; SCAFFOLD's global step is 1 (not stated).
+Shakespeare (`shakespeare_003`): the paper's samples (an 80-character window
+and the next character; 100 devices x 2,000 samples, 400 test samples each)
+and its model (Embedding 8, 2 x LSTM 100), from TFF's Shakespeare roles:
+`--partition=natural` (one device per role) or `iid` (all roles' samples
+dealt out at random), as LEAF's two splits.
 
-Skipped: Shakespeare IID rows of Tables 2 and 5 (LEAF's IID re-split of the
-plays; TFF's Shakespeare has only the natural per-role split), Table 6's
-published values (targets on the training loss: no 'models_to_loss' metric;
-the four synthetic settings are in ALL_EXPERIMENTS without published values),
-Fig. 1 (alpha sensitivity), Fig. 2 (FedSplit, not implemented), Figs. 4-13
-(convergence curves of the tables' runs).
+Not here: Fig. 1 (alpha sensitivity), Fig. 2 (FedSplit, not implemented),
+Figs. 4-13 (convergence curves of the tables' runs).
 """
 
 from __future__ import annotations
@@ -124,6 +131,8 @@ ALL_SETTINGS = (
                                                   (97.1, (10, 24, 49, 44))]),
     _s('Table 2 (100%)', 'emnistl', 1.0, 'dir0.3', [(94.5, (65, 210, 492, '1000+')),
                                                     (93.5, (23, 46, 78, 69))]),
+    _s('Table 2 (100%)', 'shakespeare', 1.0, 'iid', [(46.4, (33, 74, 96, 113)),
+                                                     (45.4, (28, 64, 59, 56))]),
     _s('Table 2 (100%)', 'shakespeare', 1.0, 'noniid', [(47.3, (33, 70, 134, '150+')),
                                                         (46.3, (28, 62, 53, 64))]),
     # ---- Table 2, 10 % participation (CIFAR IID / Dir .3: see Table 1 above).
@@ -143,6 +152,8 @@ ALL_SETTINGS = (
                                                  (97.2, (37, 68, 76, 61))]),
     _s('Table 2 (10%)', 'emnistl', 0.1, 'dir0.3', [(94.4, (107, 178, 804, '1000+')),
                                                    (93.4, (58, 100, 81, 86))]),
+    _s('Table 2 (10%)', 'shakespeare', 0.1, 'iid', [(46.9, (63, 94, 138, 190)),
+                                                    (45.9, (56, 76, 96, 75))]),
     _s('Table 2 (10%)', 'shakespeare', 0.1, 'noniid', [(47.6, (63, 102, 169, 133)),
                                                        (46.6, (56, 82, 80, 66))]),
     # ---- Table 4, unbalanced (lognormal sizes, sigma 0.3), 100 devices, 10 %.
@@ -183,6 +194,8 @@ ALL_SETTINGS = (
                                                  (97.2, (157, 318, 169, 177))]),
     _s('Table 5 (1%)', 'emnistl', 0.01, 'dir0.3', [(94.4, (442, 1860, 481, '1000+')),
                                                    (93.4, (241, 694, 286, 279))]),
+    _s('Table 5 (1%)', 'shakespeare', 0.01, 'iid', [(43.0, (170, 460, 188, 151)),
+                                                    (42.0, (148, 342, 149, 142))]),
     _s('Table 5 (1%)', 'shakespeare', 0.01, 'noniid', [(43.8, (158, 388, 159, 153)),
                                                        (42.8, (143, 318, 146, 145))]),
     # ---- Table 6, synthetic convex problem, 20 devices, 10 %: targets are TRAINING LOSS.
@@ -191,24 +204,6 @@ ALL_SETTINGS = (
     _s('Table 6', 'synthetic', 0.1, 'type2', [(0.1205, (150, 164, 274, 275))], devices=20),
     _s('Table 6', 'synthetic', 0.1, 'type3', [(0.0854, (34, 260, 79, 106))], devices=20),
 )
-# Printed in the paper but not runnable here (no IID Shakespeare split in TFF).
-SKIPPED_ROWS = {
-    'Table 2 (100%) Shakespeare IID': [(46.4, (33, 74, 96, 113)), (45.4, (28, 64, 59, 56))],
-    'Table 2 (10%) Shakespeare IID': [(46.9, (63, 94, 138, 190)), (45.9, (56, 76, 96, 75))],
-    'Table 5 (1%) Shakespeare IID': [(43.0, (170, 460, 188, 151)), (42.0, (148, 342, 149, 142))],
-}
-
-SELECTED = (
-    'feddyn_cifar10_p10_iid',            # Tables 1, 4 (balanced); alpha from App. A.3
-    'feddyn_cifar100_p10_iid',           # Tables 1, 4
-    'feddyn_cifar10_p10_iid_1000dev',    # Table 1, massive
-    'feddyn_mnist_p100_iid',             # Table 2, full participation
-    'feddyn_shakespeare_p100_noniid',    # Table 2, full participation
-    'feddyn_emnistl_p10_dir03',          # Table 2, 10 %
-    'feddyn_cifar10_p10_iid_unbalanced',  # Table 4, unbalanced
-    'feddyn_mnist_p1_iid',               # Table 5, 1 %
-)
-
 # ------------------------------------------------------------ hyperparameters
 
 TASKS = {  # dataset -> (task, model, examples in the training set)
@@ -216,7 +211,7 @@ TASKS = {  # dataset -> (task, model, examples in the training set)
     'cifar100': ('cifar100_split', 'cnn003', 50000),
     'mnist': ('mnist', 'mlp_200_100', 60000),
     'emnistl': ('emnist_letters10', 'mlp_200_100', 48000),
-    'shakespeare': ('shakespeare_character', 'lstm', 200000),
+    'shakespeare': ('shakespeare_003', 'lstm100', 200000),
     'synthetic': ('synthetic_logistic', 'logreg', 4000),
 }
 DATA = {
@@ -284,9 +279,9 @@ def _hp(s: Setting) -> HP:
   if s.dataset == 'shakespeare':
     alpha = {1.0: 0.009, 0.1: 0.015, 0.01: 0.001}[p]
     return HP(100, 1.0, 1e-4, 0.998 if p == 0.01 else 1.0, 5, 5, alpha, 1e-4, 100,
-              150 if full else 1000,
-              'Rounds: 150 for full participation (Table 2 prints "150+"), 1000 otherwise '
-              '(not stated).')
+              150 if full else 250,
+              'Rounds (not stated): 150 for full participation (Table 2 prints "150+"; '
+              'Fig. 10 plots 140), 250 for 10 % and 1 % (the length of Fig. 10\'s curves).')
   # synthetic: App. A.1 grids; values of the reference code's example_synthetic.py.
   return HP(10, 0.1, 1e-5, 1.0, 10, 10, 0.01, 1e-4, 200, 500,
             'App. A.1 gives grids only (lr [1, .1], epochs [1, 10, 50], alpha [.1, .01, .001], '
@@ -295,21 +290,23 @@ def _hp(s: Setting) -> HP:
 
 
 def _runs(hp: HP) -> tuple[Run, ...]:
-  clip = dict(clip_norm=10.0, client_weight_decay=hp.weight_decay)
+  # All four: clipping and weight decay (reference code), the device average evaluated.
+  shared = dict(clip_norm=10.0, client_weight_decay=hp.weight_decay,
+                report_device_average=True)
   return (
       Run('feddyn', 'feddyn', dict(
           client_learning_rate=hp.lr, client_lr_decay=hp.lr_decay,
           client_epochs_per_round=hp.epochs_feddyn, feddyn_alpha=hp.alpha,
-          feddyn_adaptive_alpha=True, feddyn_weight_decay_form=True, **clip)),
+          feddyn_adaptive_alpha=True, feddyn_weight_decay_form=True, **shared)),
       Run('scaffold', 'scaffold', dict(
           client_learning_rate=hp.lr, client_lr_decay=hp.lr_decay, local_steps=hp.scaffold_k,
-          server_learning_rate=1.0, **clip)),
+          server_learning_rate=1.0, scaffold_reference_conventions=True, **shared)),
       Run('fedavg', 'fedavg', dict(
           client_learning_rate=hp.lr, client_lr_decay=hp.lr_decay,
-          client_epochs_per_round=hp.epochs_fedavg, **clip)),
+          client_epochs_per_round=hp.epochs_fedavg, **shared)),
       Run('fedprox', 'fedprox', dict(
           client_learning_rate=hp.lr, client_lr_decay=hp.lr_decay,
-          client_epochs_per_round=hp.epochs_fedavg, prox_mu=hp.mu, **clip)),
+          client_epochs_per_round=hp.epochs_fedavg, prox_mu=hp.mu, **shared)),
   )
 
 
@@ -321,6 +318,7 @@ def _task_flags(s: Setting) -> dict:
     return flags
   flags.update(num_clients=s.devices)
   if s.dataset == 'shakespeare':
+    flags.update(partition='natural' if s.split == 'noniid' else 'iid')
     return flags
   flags.update(partition='iid' if s.split == 'iid' else 'dirichlet')
   if s.split.startswith('dir'):
@@ -358,7 +356,7 @@ def _experiment(s: Setting) -> Experiment:
   steps = hp.rounds * m * steps_per_epoch * (
       hp.epochs_feddyn + 2 * hp.epochs_fedavg) + hp.rounds * m * hp.scaffold_k
   hours = steps * MS_PER_STEP[s.dataset] / 3.6e6
-  split = {'iid': 'IID', 'noniid': 'natural (per-role) split', 'dir0.6': 'Dirichlet(0.6)',
+  split = {'iid': 'IID', 'noniid': 'natural (one device per role) split', 'dir0.6': 'Dirichlet(0.6)',
            'dir0.3': 'Dirichlet(0.3)'}.get(s.split, f'{s.split} heterogeneity')
   notes = [f'Choices: {hp.choices}'] if hp.choices else []
   if unreached:
@@ -367,13 +365,15 @@ def _experiment(s: Setting) -> Experiment:
                   '(printed "N+", not compared): ') + '; '.join(unreached) + '.')
   notes.append('All four methods: local gradient clipped to norm 10, then weight decay '
                f'{hp.weight_decay:g} (reference code); FedProx with FedAvg\'s epochs and lr '
-               'decay. The paper evaluates the average of all device models; the trainer '
-               'evaluates the server model.')
+               'decay; the evaluated model is the average of all device models (paper, '
+               'App. A.2), its upload counted.')
   if s.dataset == 'shakespeare':
-    notes.append('Paper: LEAF Shakespeare, 100 devices with at most 2000 samples each, '
-                 'next character after an 80-character window, 2-layer LSTM-100; ours: 100 '
-                 'roles drawn from TFF shakespeare (no per-device cap), TFF\'s per-step '
-                 'targets and 2 x LSTM-256 (no LSTM-100 model in the task).')
+    notes.append('LEAF samples from TFF\'s Shakespeare roles (80 characters -> the next; '
+                 '100 devices x 2,000, 400 test samples each; '
+                 + ('one role per device' if s.split == 'noniid' else
+                    'all roles\' samples dealt out at random') + '), Embedding 8 + '
+                 '2 x LSTM 100. The paper regenerates its test set per split from LEAF\'s '
+                 'per-role train/test files; ours comes from TFF\'s per-role test texts.')
   if s.dataset == 'cifar100':
     notes.append('CNN "394" units in the text; the task\'s cnn003 has 384 (reference code).')
   rows = '; '.join(f'{t:g}: ' + ', '.join(f'{a} {v}' for a, v in zip(ALGORITHMS, vals))
@@ -405,6 +405,6 @@ def _experiment(s: Setting) -> Experiment:
 
 
 ALL_EXPERIMENTS: tuple[Experiment, ...] = tuple(_experiment(s) for s in ALL_SETTINGS)
-_BY_NAME = {e.name: e for e in ALL_EXPERIMENTS}
-assert len(_BY_NAME) == len(ALL_EXPERIMENTS), 'setting names must be unique'
-EXPERIMENTS: tuple[Experiment, ...] = tuple(_BY_NAME[n] for n in SELECTED)
+assert len({e.name for e in ALL_EXPERIMENTS}) == len(ALL_EXPERIMENTS), 'names must be unique'
+EXPERIMENTS: tuple[Experiment, ...] = tuple(
+    e for s, e in zip(ALL_SETTINGS, ALL_EXPERIMENTS) if s.dataset != 'synthetic')

@@ -52,6 +52,7 @@ class ClientStep(NamedTuple):
   upload: Any          # structure sent to the server (summed over clients)
   new_state: Any       # the client's state after the round (stays on the client)
   outcome: local_training.LocalOutcome
+  device_model: Any = None  # the device's model after the round (trainable list)
 
 
 @dataclasses.dataclass(frozen=True)

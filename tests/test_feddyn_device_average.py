@@ -79,3 +79,29 @@ def test_the_option_is_refused_where_it_does_not_apply():
   with pytest.raises(ValueError, match='server_optimizer=sgd'):
     fedprox.FedProxConfig(report_device_average=True, fedopt=fedprox.fedopt.FedOptConfig(
         server_lr_decay=0.99))
+
+
+def test_fedavg_device_average_through_the_trainer_resumes_exactly(tmp_path):
+  # The average lives in server state and each device's model in the client
+  # store: a run stopped at round 2 and resumed to 4 ends at the same model.
+  from tasks import TaskOptions, get_task
+  from tff_algos import training
+  task = get_task('digits', TaskOptions(batch_size=16, num_clients=10, model='logistic'))
+  algorithm = registry.build('fedavg', task.model_fn, HParams(
+      local_steps=3, client_learning_rate=0.1, report_device_average=True))
+
+  def run(out, rounds):
+    return training.run_training(algorithm, task, training.RunConfig(
+        total_rounds=rounds, clients_per_round=3, seed=0, rounds_per_eval=0,
+        rounds_per_checkpoint=2, output_dir=str(tmp_path / out), progress=False))
+
+  full = run('full', 4)
+  run('stopped', 2)
+  resumed = run('stopped', 4)
+  assert resumed.resumed_from == 2
+  for a, b in zip(resumed.model_weights.trainable, full.model_weights.trainable):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=0, atol=1e-6)
+  # 3 of 10 devices per round: the average of all devices is not the server model.
+  server = algorithm.process.server_model(full.state)
+  assert np.abs(np.asarray(server.trainable[0]) -
+                np.asarray(full.model_weights.trainable[0])).max() > 1e-4

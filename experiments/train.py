@@ -47,6 +47,7 @@ def main(argv):
     return common.fail(e)
 
   from tff_algos import training
+  from tff_algos import run_dir
   from tff_algos.errors import UserError
   out_dir = trainer_flags.output_dir()
   task = get_task(FLAGS.task, options)  # data errors surface before any worker starts
@@ -54,6 +55,7 @@ def main(argv):
     return common.fail(f'--clients_per_round={FLAGS.clients_per_round} exceeds the '
                        f'{len(task.client_ids)} clients of task {task.name!r}')
   try:
+    run_dir.check_free(out_dir)  # another run there: refused before any tracing
     with runtime_flags.managed_context():
       algorithm = registry.build(FLAGS.algorithm, task.model_fn, hp)
       print(f'{algorithm.name} on {task.name} ({task.info.get("model")}, '

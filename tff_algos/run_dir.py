@@ -82,6 +82,13 @@ def lock(out_dir: Optional[str]) -> Iterator[None]:
     f.close()  # closing the last descriptor releases the lock
 
 
+def check_free(out_dir: str) -> None:
+  """Refuses at once (`UserError`) when another run holds `out_dir`, before a
+  binary spends time building its algorithm; `run_training` locks it for real."""
+  with lock(out_dir):
+    pass
+
+
 def clear(out_dir: str) -> None:
   """Removes a run's outputs (`--restart`); other files are left alone."""
   for name in ARTEFACTS:

@@ -162,6 +162,20 @@ def test_a_damaged_latest_checkpoint_rolls_back_to_the_previous_one(
   assert_same_model(runs, name, out, result)
 
 
+def test_every_file_of_a_checkpoint_is_vouched_for(runs, algorithms, task, tmp_path,
+                                                   capsys):
+  ckpt = runs['fedavg'][2] / 'checkpoints' / 'round_4'
+  files = sorted(str(p.relative_to(ckpt)) for p in ckpt.rglob('*') if p.is_file())
+  assert len(files) >= 3  # saved_model.pb, variables index and data, ...
+  for i, name in enumerate(files):
+    out = damaged_copy(runs, 'fedavg', tmp_path / str(i))
+    _flip_byte(out / 'checkpoints' / 'round_4' / name, 0)
+    result = resume(algorithms, task, 'fedavg', out)
+    assert result.resumed_from == 2, name
+    assert name in capsys.readouterr().err
+    assert_same_model(runs, 'fedavg', out, result)
+
+
 def test_no_intact_checkpoint_is_refused_naming_the_files(runs, algorithms, task, tmp_path):
   out = damaged_copy(runs, 'fedavg', tmp_path)
   _truncate(_variables(out, 4), 10)
@@ -444,8 +458,12 @@ def test_two_runs_at_once_one_refused_the_other_exact(references, tmp_path):
   while not (tmp_path / 'run' / 'metrics.csv').exists():
     assert first.poll() is None and time.monotonic() < deadline, first.stderr.read()
     time.sleep(0.2)
-  second = train(tmp_path, 'run', 'feddyn', 'inprocess')
-  one_error_line(second, 'is in use by another run')
+  first.send_signal(signal.SIGSTOP)  # held mid-run while the second one starts
+  try:
+    second = train(tmp_path, 'run', 'feddyn', 'inprocess')
+  finally:
+    first.send_signal(signal.SIGCONT)
+  one_error_line(second, f'is in use by another run (pid {first.pid})')
   _, err = first.communicate(timeout=600)
   assert first.returncode == 0, err[-3000:]
   assert_same_as(references('feddyn', 'inprocess'), tmp_path / 'run', 'feddyn')

@@ -140,6 +140,9 @@ flags.DEFINE_string('root_output_dir', 'runs', 'Root of experiment directories.'
 flags.DEFINE_string('experiment_name', None,
                     'Experiment directory name (default: built from the flags).')
 flags.DEFINE_bool('progress', True, 'Show a progress bar.')
+flags.DEFINE_bool('restart', False, 'Delete the outputs already in <root_output_dir>/'
+                  '<experiment_name> (checkpoints, metrics, client states) and start the '
+                  'run over at round 0, instead of resuming it.')
 FLAGS = flags.FLAGS
 
 
@@ -207,15 +210,17 @@ def run_config(output_dir) -> RunConfig:
                    rounds_per_eval=FLAGS.rounds_per_eval,
                    rounds_per_checkpoint=FLAGS.rounds_per_checkpoint,
                    output_dir=output_dir, progress=FLAGS.progress,
-                   shuffle=FLAGS.shuffle, max_eval_examples=FLAGS.max_eval_examples)
+                   shuffle=FLAGS.shuffle, max_eval_examples=FLAGS.max_eval_examples,
+                   restart=FLAGS.restart)
 
 
 def validate(grid: bool = False):
   """All cheap checks; raises FlagError with one readable message."""
   try:
-    if FLAGS.experiment_name is not None and not re.fullmatch(r'[\w.\-]+', FLAGS.experiment_name):
-      raise ValueError(f'--experiment_name must be letters, digits, _ . - '
-                       f'(got {FLAGS.experiment_name!r})')
+    name = FLAGS.experiment_name
+    if name is not None and (not re.fullmatch(r'[\w.\-]+', name) or name in ('.', '..')):
+      raise ValueError(f'--experiment_name must be one directory name of letters, digits, '
+                       f'_ . - (not . or ..), got {name!r}')
     options = task_options()
     check_options(FLAGS.task, options)
     hp = hparams(grid)
@@ -242,7 +247,7 @@ def flag_values() -> dict:
 # Flags that may change between a run and its resume.
 _RESUMABLE = ('total_rounds', 'progress', 'rounds_per_eval', 'rounds_per_checkpoint',
               'root_output_dir', 'experiment_name', 'max_eval_examples', 'cache_dir',
-              'backend', 'workers', 'concurrent_clients')
+              'backend', 'workers', 'concurrent_clients', 'restart')
 
 
 def run_identity() -> dict:

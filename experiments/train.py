@@ -47,18 +47,24 @@ def main(argv):
     return common.fail(e)
 
   from tff_algos import training
+  from tff_algos import run_dir
+  from tff_algos.errors import UserError
   out_dir = trainer_flags.output_dir()
   task = get_task(FLAGS.task, options)  # data errors surface before any worker starts
   if FLAGS.clients_per_round > len(task.client_ids):
     return common.fail(f'--clients_per_round={FLAGS.clients_per_round} exceeds the '
                        f'{len(task.client_ids)} clients of task {task.name!r}')
-  with runtime_flags.managed_context():
-    algorithm = registry.build(FLAGS.algorithm, task.model_fn, hp)
-    print(f'{algorithm.name} on {task.name} ({task.info.get("model")}, '
-          f'{len(task.client_ids)} clients) -> {out_dir}', flush=True)
-    result = training.run_training(algorithm, task, trainer_flags.run_config(out_dir),
-                                   extra_summary={'flags': trainer_flags.flag_values()},
-                                   identity=trainer_flags.run_identity())
+  try:
+    run_dir.check_free(out_dir)  # another run there: refused before any tracing
+    with runtime_flags.managed_context():
+      algorithm = registry.build(FLAGS.algorithm, task.model_fn, hp)
+      print(f'{algorithm.name} on {task.name} ({task.info.get("model")}, '
+            f'{len(task.client_ids)} clients) -> {out_dir}', flush=True)
+      result = training.run_training(algorithm, task, trainer_flags.run_config(out_dir),
+                                     extra_summary={'flags': trainer_flags.flag_values()},
+                                     identity=trainer_flags.run_identity())
+  except UserError as e:
+    return common.fail(e)
   rows = report.read_metrics(os.path.join(out_dir, 'metrics.csv'))
   print(report.training_table(rows))
   figure = report.plot_training(rows, os.path.join(out_dir, 'curves.png'),

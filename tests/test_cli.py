@@ -31,7 +31,7 @@ def run(cmd, timeout=300):
 
 BAD_FLAGS = [
     ('--task=nope', "unknown task 'nope'"),
-    ('--total_rounds=-3', 'total_rounds must be >= 0'),
+    ('--total_rounds=-3', 'total_rounds must be >= 1'),
     ('--clients_per_round=0', 'clients_per_round must be >= 1'),
     ('--algorithm=fedfoo', "unknown algorithm 'fedfoo'"),
     ('--local_steps=5 --local_steps_decay=1.5', 'decay must be in (0, 1]'),
@@ -66,7 +66,7 @@ def test_flag_validation_messages(flag, message):
 
 
 @pytest.mark.parametrize('flag,message', [
-    ('--total_rounds=-3', 'total_rounds must be >= 0'),
+    ('--total_rounds=-3', 'total_rounds must be >= 1'),
     ('--clients_per_round=31', 'exceeds the 30 clients'),
 ])
 def test_bad_flags_exit_2_before_any_worker_starts(tmp_path, flag, message):

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from tff_algos.core import client_state
+from tff_algos.errors import UserError
 
 IDS = [f'c{i}' for i in range(6)]
 INITIAL = [np.full((2, 3), 0.5, np.float32), np.arange(4, dtype=np.float32)]
@@ -48,10 +49,10 @@ def test_bad_input_is_refused(tmp_path):
     store.scatter(['c0'], [[np.zeros((3, 2), np.float32), np.zeros(4, np.float32)]])
   with pytest.raises(ValueError):
     store.scatter(['c0', 'c0'], [state(1.0), state(2.0)])
-  with pytest.raises(ValueError):
+  with pytest.raises(UserError, match='no checkpoint of round 7'):
     store.restore(7)
   store.close()
-  with pytest.raises(ValueError):  # another shape in the same directory
+  with pytest.raises(UserError, match='pass --restart'):  # another shape, same directory
     client_state.ClientStateStore(str(tmp_path), IDS, [np.zeros(3, np.float32)])
 
 
@@ -79,7 +80,7 @@ def test_restore_undoes_rounds_past_the_checkpoint(tmp_path):
   for cid, value in (('c0', 1.0), ('c1', 1.0), ('c2', None), ('c3', None),
                      ('c4', None)):
     assert_state(got[cid], value)
-  with pytest.raises(ValueError):  # later checkpoints are gone after a restore
+  with pytest.raises(UserError):  # later checkpoints are gone after a restore
     store.restore(3)
   store.reset()
   for s in store.gather(IDS):
@@ -95,7 +96,8 @@ def test_store_is_sparse_and_keeps_two_checkpoints(tmp_path):
     store.scatter(ids[r:r + 3], [[np.full(25_000, r, np.float32)]] * 3)
     store.checkpoint(r)
   assert sorted(os.listdir(tmp_path)) == ['mask_3.npy', 'mask_4.npy', 'rows.f32',
-                                          'undo_3.log', 'undo_4.log']
+                                          'sums_3.npy', 'sums_4.npy', 'undo_3.log',
+                                          'undo_4.log']
   assert store.capacity_bytes == 100_000_000
   assert store.disk_bytes() < 3_000_000     # ~6 written rows + logs, not 100 MB
   store.delete()
@@ -117,3 +119,53 @@ def test_client_state_benchmark_runs_with_bounded_memory(tmp_path):
   assert float(lines['store_capacity_gb']) > 1.0
   assert lines['resume_check'] == 'exact'
   assert not os.path.exists(tmp_path / 'store')
+
+
+def _overwrite(path, offset, data):
+  with open(path, 'r+b') as f:
+    f.seek(offset)
+    f.write(data)
+
+
+def test_a_row_changed_outside_the_store_is_refused_when_read(tmp_path):
+  store = client_state.ClientStateStore(str(tmp_path), IDS, INITIAL)
+  store.scatter(['c1', 'c2'], [state(1.0), state(2.0)])
+  store.checkpoint(1)
+  store.close()
+  _overwrite(tmp_path / 'rows.f32', 1 * 40 + 4, np.float32(1.5).tobytes())  # c1's row
+  store = client_state.ClientStateStore(str(tmp_path), IDS, INITIAL)
+  assert_state(store.gather(['c2'])[0], 2.0)  # untouched rows still read
+  with pytest.raises(UserError, match="rows.f32: the state of client 'c1' does not match"):
+    store.gather(['c1'])
+  store.close()
+
+
+def test_a_corrupt_undo_entry_is_refused_before_any_row_is_rolled_back(tmp_path):
+  store = client_state.ClientStateStore(str(tmp_path), IDS, INITIAL)
+  store.scatter(['c0', 'c1'], [state(1.0), state(1.0)])
+  store.checkpoint(1)
+  store.scatter(['c0', 'c1'], [state(2.0), state(2.0)])  # logs round 1's c0, c1
+  store.close()
+  entry = 8 + 40
+  _overwrite(tmp_path / 'undo_1.log', entry + 8, np.float32(7.0).tobytes())  # 2nd entry
+  rows_before = (tmp_path / 'rows.f32').read_bytes()
+  with pytest.raises(UserError, match=r'undo_1.log: undo entry 2 is corrupt'):
+    client_state.ClientStateStore(str(tmp_path), IDS, INITIAL)
+  assert (tmp_path / 'rows.f32').read_bytes() == rows_before
+
+
+def test_fingerprint_follows_the_checkpoint_and_a_store_without_sums_is_summed_once(
+    tmp_path):
+  store = client_state.ClientStateStore(str(tmp_path), IDS, INITIAL)
+  store.scatter(['c3'], [state(3.0)])
+  at_1 = store.checkpoint(1)
+  store.scatter(['c4'], [state(4.0)])
+  assert store.checkpoint(2) != at_1
+  store.restore(1)
+  assert store.fingerprint() == at_1
+  store.close()
+  os.remove(tmp_path / 'sums_1.npy')  # a store written before checksums existed
+  store = client_state.ClientStateStore(str(tmp_path), IDS, INITIAL)
+  assert store.fingerprint() == at_1  # recomputed from the rows
+  assert_state(store.gather(['c3'])[0], 3.0)
+  store.close()

@@ -11,6 +11,7 @@ import pytest
 from tasks import TaskOptions, get_task
 from tff_algos import fedopt, training
 from tff_algos.core import optimizers
+from tff_algos.errors import UserError
 
 
 @pytest.fixture(scope='module')
@@ -195,7 +196,7 @@ def test_resume_with_different_settings_is_refused(task, algorithm, tmp_path):
   # Same identity, more rounds: resumes.
   assert training.run_training(algorithm, task, config(out, rounds=3),
                                identity={'lr': 0.1}).resumed_from == 2
-  with pytest.raises(ValueError, match='differs in: lr'):
+  with pytest.raises(UserError, match='differs in: lr'):
     training.run_training(algorithm, task, config(out, rounds=4), identity={'lr': 0.2})
-  with pytest.raises(ValueError, match='differs in: seed'):
+  with pytest.raises(UserError, match='differs in: seed'):
     training.run_training(algorithm, task, config(out, rounds=4, seed=5), identity={'lr': 0.1})

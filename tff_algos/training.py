@@ -13,7 +13,10 @@ checkpoint, then appends: TFF's `CSVFileReleaseManager` does the same but
 rewrites the whole file on every release, quadratic in the rounds), TensorBoard
 events (`tff.program.TensorBoardReleaseManager`; rewritten from metrics.csv when a
 resume dropped rows, so no round appears twice), `checkpoints/`
-(`tff.program.FileProgramStateManager`) and `summary.json`.
+(`tff.program.FileProgramStateManager`) and `summary.json`. `tff_algos.run_dir`
+guards the directory: one run at a time (a lock), a manifest that vouches for
+each checkpoint (checksums, running totals), a resume from the newest intact
+checkpoint, and refusals when the directory lost what a resume needs.
 """
 
 from __future__ import annotations
@@ -22,7 +25,6 @@ import asyncio
 import csv
 import dataclasses
 import json
-import math
 import os
 import shutil
 import tempfile
@@ -35,12 +37,15 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tasks.base import Task
+from tff_algos import run_dir
 from tff_algos import runtime
 from tff_algos.core import accounting
 from tff_algos.core import client_state
+from tff_algos.core import crash_points
 from tff_algos.core import local_training
 from tff_algos.core import stateful_process
 from tff_algos.core.algorithm import FederatedAlgorithm
+from tff_algos.errors import UserError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,10 +64,12 @@ class RunConfig:
   # Periodic evaluations use the first N test examples (fixed across rounds;
   # the final evaluation always uses the whole test set). None: all.
   max_eval_examples: Optional[int] = None
+  # Discard the outputs already in `output_dir` and start over at round 0.
+  restart: bool = False
 
   def __post_init__(self):
-    if self.total_rounds < 0:
-      raise ValueError(f'total_rounds must be >= 0, got {self.total_rounds}')
+    if self.total_rounds < 1:
+      raise ValueError(f'total_rounds must be >= 1, got {self.total_rounds}')
     if self.seed < 0:
       raise ValueError(f'seed must be >= 0, got {self.seed}')
     if self.clients_per_round < 1:
@@ -176,13 +183,11 @@ class MetricsCSV:
     self.dropped_rows = False  # rows past `resume_round` were removed
     rows = []
     if os.path.exists(path):
-      with open(path, newline='') as f:
-        reader = csv.DictReader(f)
-        self.fields = list(reader.fieldnames or [])
-        all_rows = list(reader)
+      self.fields, all_rows = run_dir.read_metrics_csv(path)  # UserError: a bad line
       rows = [r for r in all_rows if float(r['round']) <= resume_round]
       self.dropped_rows = len(rows) < len(all_rows)
       self._rewrite(rows)  # also mends a last line cut short by a crash
+    self.kept_rows = [{k: _parse_cell(v) for k, v in r.items() if v != ''} for r in rows]
 
   def _rewrite(self, rows):
     tmp = self.path + '.tmp'
@@ -228,8 +233,11 @@ async def _release_rows(manager, rows):
                            if k != 'round' and isinstance(v, float)}, key=int(row['round']))
 
 
-async def _load_checkpoint(manager, structure):
-  return await manager.load_latest(structure)
+def _parse_cell(value: str):
+  try:
+    return float(value)
+  except ValueError:
+    return value
 
 
 def initial_model_weights(task: Task, seed: int) -> tff.learning.models.ModelWeights:
@@ -254,6 +262,24 @@ def run_training(algorithm: FederatedAlgorithm, task: Task, config: RunConfig,
                  initial_weights: Optional[Any] = None,
                  identity: Optional[dict[str, Any]] = None) -> RunResult:
   """Runs (or resumes) `config.total_rounds` rounds of `algorithm` on `task`.
+
+  Holds `config.output_dir`'s run lock throughout (another run there is
+  refused); `config.restart` first removes the directory's earlier outputs.
+  See `_run_training` for the arguments.
+  """
+  with run_dir.lock(config.output_dir):
+    if config.output_dir and config.restart:
+      run_dir.clear(config.output_dir)
+    return _run_training(algorithm, task, config, extra_summary, round_callback,
+                         initial_weights, identity)
+
+
+def _run_training(algorithm: FederatedAlgorithm, task: Task, config: RunConfig,
+                  extra_summary: Optional[dict[str, Any]] = None,
+                  round_callback: Optional[RoundCallback] = None,
+                  initial_weights: Optional[Any] = None,
+                  identity: Optional[dict[str, Any]] = None) -> RunResult:
+  """The round loop of `run_training`, under the run lock.
 
   `round_callback(round_done, state, row)` is called after every round, before
   the row is written, so it may add columns (e.g. the model trajectory);
@@ -292,29 +318,31 @@ def run_training(algorithm: FederatedAlgorithm, task: Task, config: RunConfig,
       else initial_model_weights(task, config.seed))
   # A never-selected client's state (may depend on the initial model).
   initial_client_state = process.initial_client_state(state) if stateful else None
-  start_round = 0
+  start_round, manifest, resumed = 0, None, None
   if state_manager is not None:
-    loaded, version = asyncio.run(_load_checkpoint(state_manager, state))
-    if loaded is not None:
-      state, start_round = loaded, version
+    manifest = run_dir.Manifest(out_dir)
+    state, start_round = _resume_point(state_manager, manifest, state, config)
+    resumed = manifest.entries.get(start_round)  # None: fresh, or an older run dir
   kept_rows = []  # metrics.csv's rows up to the checkpoint, parsed
   if out_dir:
     csv_writer = MetricsCSV(os.path.join(out_dir, 'metrics.csv'), start_round)
-    if os.path.exists(csv_writer.path):
-      kept_rows = read_metrics(csv_writer.path)
+    kept_rows = csv_writer.kept_rows
     tb_manager = _tensorboard(os.path.join(out_dir, 'tb'), csv_writer.dropped_rows,
                               kept_rows)
-  # Running totals of bytes and client FLOPs (issue 6), continued on resume
+  # Running totals of bytes and client FLOPs (issue 6) and summary.json's:
+  # from the checkpoint's manifest entry (metrics.csv may have lost rows), else
   # from the rows kept in metrics.csv.
-  cumulative = accounting.CumulativeCost(kept_rows)
-  if start_round > config.total_rounds:
-    raise ValueError(f'checkpoint at round {start_round} is past total_rounds='
-                     f'{config.total_rounds}')
+  cumulative = accounting.CumulativeCost(() if resumed else kept_rows)
+  run_totals = run_dir.summary_totals(() if resumed else kept_rows)
+  if resumed:
+    cumulative.totals.update(resumed['cumulative'])
+    run_totals.update(resumed['totals'])
+    _note_lost_rows(csv_writer.path, kept_rows, start_round)
 
   # Stateful clients (FedDyn, SCAFFOLD): their states live in a disk-backed
   # store, rolled back to the checkpoint's round on resume.
-  store = _client_state_store(initial_client_state, task, out_dir, start_round) \
-      if stateful else None
+  store = _client_state_store(initial_client_state, task, out_dir, start_round,
+                              (resumed or {}).get('store')) if stateful else None
 
   traffic = algorithm.traffic
   history: list[dict[str, Any]] = []
@@ -364,16 +392,18 @@ def run_training(algorithm: FederatedAlgorithm, task: Task, config: RunConfig,
       if round_callback is not None:
         round_callback(done, state, row)  # may add columns to the row
       history.append(row)
+      run_dir.add_to_totals(run_totals, row)
       if csv_writer is not None:
         scalars = {k: v for k, v in row.items() if isinstance(v, (int, float))}
         csv_writer.append(scalars)
+        crash_points.reached('metrics_row')
         asyncio.run(tb_manager.release(
             {k: v for k, v in scalars.items() if k != 'round'}, key=done))
       if state_manager is not None and (
           done % config.rounds_per_checkpoint == 0 or done == config.total_rounds):
-        if store is not None:  # first: a crash before the next line resumes earlier
-          store.checkpoint(done)
-        asyncio.run(state_manager.save(state, done))
+        _checkpoint(state_manager, manifest, store, state, done, dict(
+            cumulative=dict(cumulative.totals), totals=dict(run_totals),
+            row=run_dir.finite_scalars(row)))
       if bar is not None:
         bar.update(1)
         post = {'loss': row.get('client_work/train/loss')}
@@ -403,18 +433,11 @@ def run_training(algorithm: FederatedAlgorithm, task: Task, config: RunConfig,
                  fwd_bwd_flops_per_example=model_cost.fwd_bwd_flops_per_example,
                  num_params=model_cost.num_params,
                  final_eval=last_eval, task_info=task.info)
-  rows = history
-  if out_dir and os.path.exists(os.path.join(out_dir, 'metrics.csv')):
-    rows = read_metrics(os.path.join(out_dir, 'metrics.csv'))  # whole run
-  summary['totals'] = {
-      key: float(sum(r.get(col, 0.0) for r in rows)) for key, col in (
-          ('client_steps', 'client_work/client_steps'),
-          ('download_bytes', 'download_bytes'), ('upload_bytes', 'upload_bytes'),
-          ('client_flops', 'client_flops'),
-          ('round_time_s', 'round_time_s'))}
-  if rows:
-    summary['final_train'] = {k: v for k, v in rows[-1].items()
-                              if isinstance(v, (int, float)) and math.isfinite(v)}
+  summary['totals'] = run_totals  # the whole run, resumed parts included
+  last_row = history[-1] if history else (resumed or {}).get('row') or (
+      kept_rows[-1] if kept_rows else None)
+  if last_row:
+    summary['final_train'] = run_dir.finite_scalars(last_row)
   summary.update(extra_summary or {})
   if out_dir:
     with open(os.path.join(out_dir, 'summary.json'), 'w') as f:
@@ -425,10 +448,47 @@ def run_training(algorithm: FederatedAlgorithm, task: Task, config: RunConfig,
                    final_eval=last_eval, resumed_from=start_round, summary=summary)
 
 
+def _resume_point(state_manager, manifest: run_dir.Manifest, state,
+                  config: RunConfig) -> tuple[Any, int]:
+  """(state, round) to start from: the newest intact checkpoint, else round 0."""
+  versions = asyncio.run(state_manager.get_versions()) or []
+  loaded, start_round = run_dir.select_checkpoint(
+      config.output_dir, versions, manifest,
+      lambda version: asyncio.run(state_manager.load(version, state)))
+  if start_round > config.total_rounds:
+    raise UserError(f'{config.output_dir} holds a run checkpointed at round '
+                    f'{start_round}, past --total_rounds={config.total_rounds}; '
+                    f'raise --total_rounds, or {run_dir.RESTART_FIX}')
+  return (state if loaded is None else loaded), start_round
+
+
+def _checkpoint(state_manager, manifest: run_dir.Manifest, store, state, done: int,
+                entry: dict[str, Any]) -> None:
+  """Checkpoints round `done`: the client store, the server state, then the
+  manifest entry that vouches for both (a crash in between resumes from the
+  previous checkpoint)."""
+  if store is not None:
+    entry['store'] = store.checkpoint(done)
+  crash_points.reached('checkpoint_state')
+  asyncio.run(state_manager.save(state, done))
+  crash_points.reached('checkpoint_manifest')
+  manifest.record(done, entry, asyncio.run(state_manager.get_versions()) or [])
+
+
+def _note_lost_rows(path: str, kept_rows, start_round: int) -> None:
+  have = {int(r['round']) for r in kept_rows}
+  lost = [r for r in range(1, start_round + 1) if r not in have]
+  if lost:
+    run_dir.notice(f'{path} lacks {len(lost)} of rounds 1-{start_round} (first: round '
+                   f'{lost[0]}); resuming from round {start_round}, totals kept from '
+                   'the checkpoint')
+
+
 def _client_state_store(initial_state, task: Task, out_dir: Optional[str],
-                        start_round: int) -> client_state.ClientStateStore:
+                        start_round: int, fingerprint: Optional[int] = None
+                        ) -> client_state.ClientStateStore:
   """The run's client-state store at round `start_round` (temporary without
-  an output directory)."""
+  an output directory), checked against the checkpoint's `fingerprint`."""
   directory = (os.path.join(out_dir, 'client_state') if out_dir
                else tempfile.mkdtemp(prefix='client_state_'))
   store = client_state.ClientStateStore(directory, task.client_ids, initial_state)
@@ -436,6 +496,11 @@ def _client_state_store(initial_state, task: Task, out_dir: Optional[str],
     store.reset()
   else:
     store.restore(start_round)
+    if fingerprint is not None and store.fingerprint() != fingerprint:
+      store.close()
+      raise UserError(f'{directory} does not match the checkpoint of round '
+                      f'{start_round} (its bitmap or checksums were changed); restore '
+                      f'it from a backup, or {run_dir.RESTART_FIX}')
   return store
 
 
@@ -453,10 +518,10 @@ def _check_identity(path: str, ident: dict[str, Any]) -> None:
       stored = json.load(f)
     diff = sorted(k for k in set(stored) | set(ident) if stored.get(k) != ident.get(k))
     if diff:
-      raise ValueError(
+      raise UserError(
           f'{os.path.dirname(path)} holds a different run (differs in: '
-          f'{", ".join(diff)}); choose another --experiment_name or output '
-          'directory, or delete it to start over')
+          f'{", ".join(diff)}); choose another --experiment_name, or '
+          f'{run_dir.RESTART_FIX}')
   else:
     with open(path, 'w') as f:
       json.dump(ident, f, indent=2, sort_keys=True)

@@ -23,6 +23,15 @@ of round r even when the process ran rounds past its last checkpoint before
 dying. The last two checkpoints are kept (like the server-state manager), so
 a crash between the store's checkpoint and the server state's still resumes
 from the previous one.
+
+Integrity. The store keeps a CRC-32 of every written row (`sums`, in memory,
+saved as `sums_<r>.npy` with each checkpoint). A row read back is checked
+against it, and so is every undo entry before a restore replays any: bytes
+changed outside the run (a file overwritten, bit rot, a lost undo entry) raise
+`UserError` instead of feeding a different state to training. This costs one
+CRC per row read or written (O(cohort) a round); the store is never scanned.
+`fingerprint()` digests a checkpoint's bitmap and checksums, so the trainer's
+checkpoint can vouch for the store it was taken with.
 """
 
 from __future__ import annotations
@@ -32,10 +41,14 @@ import os
 import re
 import shutil
 import struct
+import zlib
 from typing import Any, Sequence
 
 import numpy as np
 import tensorflow as tf
+
+from tff_algos.core import crash_points
+from tff_algos.errors import UserError
 
 _ROWS = 'rows.f32'
 _HEADER = struct.Struct('<q')   # undo-log entry: row index, then the row bytes
@@ -77,12 +90,14 @@ class ClientStateStore:
     self._path = os.path.join(directory, _ROWS)
     size = len(self.client_ids) * self.row_bytes
     if os.path.exists(self._path) and os.path.getsize(self._path) != size:
-      raise ValueError(f'{directory} holds a client-state store of another shape '
-                       f'({os.path.getsize(self._path)} bytes, expected {size})')
+      raise UserError(f'{self._path} is {os.path.getsize(self._path)} bytes, expected '
+                      f'{size} for this run\'s client states (changed outside the run, '
+                      'or another run\'s); restore it, or pass --restart to start over')
     self._fd = os.open(self._path, os.O_RDWR | os.O_CREAT, 0o644)
     if os.fstat(self._fd).st_size != size:
       os.ftruncate(self._fd, size)    # sparse: no disk used until written
     self.initialized = np.zeros(len(self.client_ids), bool)
+    self.sums = np.zeros(len(self.client_ids), np.uint32)  # CRC-32 of written rows
     self._touched: set[int] = set()
     self._log = None
     self._round = None                # round of the last checkpoint/restore
@@ -112,6 +127,11 @@ class ClientStateStore:
     buf = os.pread(self._fd, self.row_bytes, i * self.row_bytes)
     if len(buf) != self.row_bytes:
       raise IOError(f'short read of client row {i}')
+    if zlib.crc32(buf) != self.sums[i]:
+      raise UserError(
+          f'{self._path}: the state of client {self.client_ids[i]!r} does not match '
+          'its checksum (the file was changed outside the run); restore the run '
+          'directory from a backup, or pass --restart to start over')
     return np.frombuffer(buf, np.float32).copy()
 
   def _unflatten(self, row: np.ndarray) -> Any:
@@ -159,12 +179,17 @@ class ClientStateStore:
         self._log.write(_HEADER.pack(i) + old)
       self._log.flush()
       os.fsync(self._log.fileno())
+    crash_points.reached('store_scatter_logged')
     self._touched.update(fresh)
-    for i, row in zip(idx, rows):
-      written = os.pwrite(self._fd, row.tobytes(), i * self.row_bytes)
+    for n, (i, row) in enumerate(zip(idx, rows)):
+      data = row.tobytes()
+      written = os.pwrite(self._fd, data, i * self.row_bytes)
       if written != self.row_bytes:
         raise IOError(f'short write of client row {i}')
       self.initialized[i] = True
+      self.sums[i] = zlib.crc32(data)
+      if n == 0:
+        crash_points.reached('store_scatter_rows')
 
   # -- checkpoints ----------------------------------------------------------
   def _checkpoints(self) -> list[int]:
@@ -178,70 +203,121 @@ class ClientStateStore:
   def _mask_path(self, r: int) -> str:
     return os.path.join(self.directory, f'mask_{r}.npy')
 
+  def _sums_path(self, r: int) -> str:
+    return os.path.join(self.directory, f'sums_{r}.npy')
+
   def _log_path(self, r: int) -> str:
     return os.path.join(self.directory, f'undo_{r}.log')
+
+  def _remove_checkpoint(self, r: int) -> None:
+    for path in (self._mask_path(r), self._sums_path(r), self._log_path(r)):
+      if os.path.exists(path):
+        os.remove(path)
 
   def _open_log(self, r: int, truncate: bool):
     if self._log is not None:
       self._log.close()
     self._log = open(self._log_path(r), 'wb' if truncate else 'ab')
 
-  def checkpoint(self, round_num: int) -> None:
-    """Makes the current rows the store's state at `round_num` (durably)."""
+  def _load(self, path: str, dtype) -> np.ndarray:
+    """A checkpoint's bitmap or checksums; `UserError` if unreadable."""
+    try:
+      array = np.load(path)
+    except (OSError, ValueError, EOFError) as e:
+      raise UserError(f'{path} is unreadable ({type(e).__name__}); restore the run '
+                      'directory from a backup, or pass --restart to start over') from None
+    if array.shape != (self.num_clients,) or array.dtype != dtype:
+      raise UserError(f'{path} holds {array.dtype}{list(array.shape)}, expected '
+                      f'{np.dtype(dtype)}[{self.num_clients}]; restore the run directory '
+                      'from a backup, or pass --restart to start over')
+    return array
+
+  def _checkpoint_sums(self, r: int):
+    """Row checksums of checkpoint r (None: a store written before checksums)."""
+    path = self._sums_path(r)
+    return self._load(path, np.uint32) if os.path.exists(path) else None
+
+  def fingerprint(self) -> int:
+    """CRC-32 of the bitmap and row checksums: what a checkpoint vouches for."""
+    return zlib.crc32(self.initialized.tobytes() + self.sums.tobytes())
+
+  def checkpoint(self, round_num: int) -> int:
+    """Makes the current rows the store's state at `round_num` (durably);
+    returns its `fingerprint()`."""
     os.fsync(self._fd)
-    tmp = self._mask_path(round_num) + '.tmp'
-    with open(tmp, 'wb') as f:
-      np.save(f, self.initialized)
-      f.flush()
-      os.fsync(f.fileno())
-    os.replace(tmp, self._mask_path(round_num))
+    _save_durably(self._sums_path(round_num), self.sums)
+    crash_points.reached('store_checkpoint')
+    _save_durably(self._mask_path(round_num), self.initialized)
     self._open_log(round_num, truncate=True)
     self._touched = set()
     self._round = round_num
     for r in self._checkpoints()[:-self.keep]:
-      for path in (self._mask_path(r), self._log_path(r)):
-        if os.path.exists(path):
-          os.remove(path)
+      self._remove_checkpoint(r)
+    return self.fingerprint()
+
+  def _undo_entries(self, round_num: int, rounds: list[int]) -> list[tuple[int, bytes]]:
+    """The undo entries that take the rows back to `round_num`, in replay order
+    (newest log first), each checked against its checkpoint's row checksum."""
+    entry = _HEADER.size + self.row_bytes
+    undo = []
+    for r in sorted((r for r in rounds if r >= round_num), reverse=True):
+      path = self._log_path(r)
+      if not os.path.exists(path):
+        continue
+      sums = self._checkpoint_sums(r)
+      with open(path, 'rb') as f:
+        data = f.read()
+      for k, start in enumerate(range(0, len(data) - entry + 1, entry)):  # a torn tail
+        (i,) = _HEADER.unpack_from(data, start)                          # is ignored
+        row = data[start + _HEADER.size:start + entry]
+        if not 0 <= i < self.num_clients or (
+            sums is not None and zlib.crc32(row) != sums[i]):
+          raise UserError(
+              f'{path}: undo entry {k + 1} is corrupt, so the client states of round '
+              f'{round_num} cannot be recovered; restore the run directory from a '
+              'backup, or pass --restart to start over')
+        undo.append((i, row))
+    return undo
 
   def restore(self, round_num: int) -> None:
     """Rolls the rows back to checkpoint `round_num` (undoing later writes)."""
     rounds = self._checkpoints()
     if round_num not in rounds:
-      raise ValueError(f'the client-state store in {self.directory} has no '
-                       f'checkpoint at round {round_num} (it has {rounds})')
+      raise UserError(f'the client-state store in {self.directory} has no checkpoint '
+                      f'of round {round_num} (it has {rounds}); restore it from a '
+                      'backup, or pass --restart to start over')
     if self._log is not None:
       self._log.close()
       self._log = None
-    entry = _HEADER.size + self.row_bytes
-    for r in sorted((r for r in rounds if r >= round_num), reverse=True):
-      path = self._log_path(r)
-      if not os.path.exists(path):
-        continue
-      with open(path, 'rb') as f:
-        data = f.read()
-      for start in range(0, len(data) - entry + 1, entry):  # a torn tail is ignored
-        (i,) = _HEADER.unpack_from(data, start)
-        os.pwrite(self._fd, data[start + _HEADER.size:start + entry], i * self.row_bytes)
+    for i, row in self._undo_entries(round_num, rounds):  # all checked before any write
+      os.pwrite(self._fd, row, i * self.row_bytes)
     os.fsync(self._fd)
-    self.initialized = np.load(self._mask_path(round_num))
+    self.initialized = self._load(self._mask_path(round_num), bool)
+    sums = self._checkpoint_sums(round_num)
+    self.sums = sums if sums is not None else self._row_sums()
     for r in rounds:
       if r > round_num:
-        for path in (self._mask_path(r), self._log_path(r)):
-          if os.path.exists(path):
-            os.remove(path)
+        self._remove_checkpoint(r)
     self._open_log(round_num, truncate=True)
     self._touched = set()
     self._round = round_num
 
+  def _row_sums(self) -> np.ndarray:
+    """Checksums of the written rows, read from disk (once, for a store
+    written before checksums were kept)."""
+    sums = np.zeros(self.num_clients, np.uint32)
+    for i in np.flatnonzero(self.initialized):
+      sums[i] = zlib.crc32(os.pread(self._fd, self.row_bytes, int(i) * self.row_bytes))
+    return sums
+
   def reset(self) -> None:
     """Forgets every row and checkpoint (a fresh run)."""
     for r in self._checkpoints():
-      for path in (self._mask_path(r), self._log_path(r)):
-        if os.path.exists(path):
-          os.remove(path)
+      self._remove_checkpoint(r)
     os.ftruncate(self._fd, 0)                     # free the disk blocks
     os.ftruncate(self._fd, self.capacity_bytes)
     self.initialized[:] = False
+    self.sums[:] = 0
     self.checkpoint(0)
 
   def disk_bytes(self) -> int:
@@ -269,3 +345,13 @@ class ClientStateStore:
 
   def __exit__(self, *exc):
     self.close()
+
+
+def _save_durably(path: str, array: np.ndarray) -> None:
+  """np.save, synced, replacing `path` atomically."""
+  tmp = path + '.tmp'
+  with open(tmp, 'wb') as f:
+    np.save(f, array)
+    f.flush()
+    os.fsync(f.fileno())
+  os.replace(tmp, path)

@@ -3,7 +3,10 @@
 Flags map onto three things, each in one place: `TaskOptions` (data),
 `registry.HParams` (the algorithm) and `RunConfig` (the round loop).
 `validate()` checks all of them before any data is loaded or any computation
-is traced, so a bad flag fails in well under a second with a clear message.
+is traced, and raises `FlagError` (a `UserError`: the binaries print one
+`error:` line). This module imports no TensorFlow, so that `--help` and flags
+absl cannot parse are answered at once; the checks that need the task and
+algorithm registries load it.
 """
 
 from __future__ import annotations
@@ -16,10 +19,9 @@ import sys
 from absl import flags
 
 from experiments import runtime_flags
-from tasks import TaskOptions, check_options
-from tff_algos import registry
+from tff_algos import hparams as hparams_lib
 from tff_algos.core import optimizers
-from tff_algos.training import RunConfig
+from tff_algos.errors import UserError
 
 # Data.
 flags.DEFINE_string('task', 'digits', 'Task name (see --list_tasks). Default: the '
@@ -122,14 +124,18 @@ flags.DEFINE_string('root_output_dir', 'runs', 'Root of experiment directories.'
 flags.DEFINE_string('experiment_name', None,
                     'Experiment directory name (default: built from the flags).')
 flags.DEFINE_bool('progress', True, 'Show a progress bar.')
+flags.DEFINE_integer('max_rounds_all_dropped', 10,
+                     'Stop the run after this many rounds in a row in which every client '
+                     'diverged (non-finite update) and was dropped; 0: never stop.')
 FLAGS = flags.FLAGS
 
 
-class FlagError(ValueError):
-  pass
+class FlagError(UserError, ValueError):
+  """A bad flag value or combination; the message names the flag and the fix."""
 
 
-def task_options() -> TaskOptions:
+def task_options():
+  from tasks import TaskOptions  # pylint: disable=g-import-not-at-top
   return TaskOptions(batch_size=FLAGS.client_batch_size, cache_dir=FLAGS.cache_dir,
                      use_synthetic_data=FLAGS.use_synthetic_data, model=FLAGS.model,
                      seed=FLAGS.seed, num_clients=FLAGS.num_clients,
@@ -139,18 +145,22 @@ def task_options() -> TaskOptions:
                      synthetic_heterogeneity=FLAGS.synthetic_heterogeneity)
 
 
-def hparams(grid: bool = False) -> registry.HParams:
+def hparams(grid: bool = False) -> hparams_lib.HParams:
   """The algorithm's hyperparameters. `grid`: the flags are shared by several
   algorithms (experiment grids), so other algorithms' own flags are dropped
   instead of refused."""
-  names = [f.name for f in dataclasses.fields(registry.HParams)]
-  hp = registry.HParams(**{n: getattr(FLAGS, n) for n in names})
-  return registry.for_algorithm(FLAGS.algorithm, hp) if grid else hp
+  names = [f.name for f in dataclasses.fields(hparams_lib.HParams)]
+  hp = hparams_lib.HParams(**{n: getattr(FLAGS, n) for n in names})
+  if not grid:
+    return hp
+  from tff_algos import registry  # pylint: disable=g-import-not-at-top
+  return registry.for_algorithm(FLAGS.algorithm, hp)
 
 
 def warn_ignored_flags(algorithms) -> None:
   """One stderr line per algorithm-specific flag that some of a grid's algorithms
   ignore (e.g. --clip_norm: FedGBO's baselines clip, FedGBO does not)."""
+  from tff_algos import registry  # pylint: disable=g-import-not-at-top
   for flag, names in registry.ignored_flags(algorithms, hparams()).items():
     print(f'note: --{flag} is not used by {", ".join(names)}; those run without it',
           file=sys.stderr)
@@ -166,21 +176,31 @@ def experiment_name() -> str:
   return '_'.join(parts)
 
 
-def run_config(output_dir) -> RunConfig:
+def run_config(output_dir):
+  from tff_algos.training import RunConfig  # pylint: disable=g-import-not-at-top
   return RunConfig(total_rounds=FLAGS.total_rounds,
                    clients_per_round=FLAGS.clients_per_round, seed=FLAGS.seed,
                    rounds_per_eval=FLAGS.rounds_per_eval,
                    rounds_per_checkpoint=FLAGS.rounds_per_checkpoint,
                    output_dir=output_dir, progress=FLAGS.progress,
-                   shuffle=FLAGS.shuffle, max_eval_examples=FLAGS.max_eval_examples)
+                   shuffle=FLAGS.shuffle, max_eval_examples=FLAGS.max_eval_examples,
+                   max_rounds_all_dropped=FLAGS.max_rounds_all_dropped)
 
 
 def validate(grid: bool = False):
-  """All cheap checks; raises FlagError with one readable message."""
+  """All cheap checks; raises FlagError with one readable message.
+
+  The checks that need no TensorFlow come first (a typo there is answered
+  in about a second); the task and algorithm checks load it.
+  """
   try:
     if FLAGS.experiment_name is not None and not re.fullmatch(r'[\w.\-]+', FLAGS.experiment_name):
       raise ValueError(f'--experiment_name must be letters, digits, _ . - '
                        f'(got {FLAGS.experiment_name!r})')
+    hparams().client_optimizer_spec()
+    hparams().server_optimizer_spec()
+    from tasks import check_options  # pylint: disable=g-import-not-at-top
+    from tff_algos import registry  # pylint: disable=g-import-not-at-top
     options = task_options()
     check_options(FLAGS.task, options)
     hp = hparams(grid)
@@ -206,7 +226,7 @@ def flag_values() -> dict:
 # Flags that may change between a run and its resume.
 _RESUMABLE = ('total_rounds', 'progress', 'rounds_per_eval', 'rounds_per_checkpoint',
               'root_output_dir', 'experiment_name', 'max_eval_examples', 'cache_dir',
-              'backend', 'workers', 'concurrent_clients')
+              'backend', 'workers', 'concurrent_clients', 'max_rounds_all_dropped')
 
 
 def run_identity() -> dict:

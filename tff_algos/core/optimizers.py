@@ -9,9 +9,10 @@ initial accumulator 0).
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
-import tensorflow_federated as tff
+if TYPE_CHECKING:  # imported where used: flag validation must not load TensorFlow
+  import tensorflow_federated as tff
 
 
 NAMES = ('sgd', 'sgdm', 'adam', 'yogi', 'adagrad', 'rmsprop')
@@ -47,6 +48,7 @@ class OptimizerSpec:
     return _DEFAULTS[self.name].get(field) if value is None else value
 
   def build(self) -> tff.learning.optimizers.Optimizer:
+    import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top,redefined-outer-name
     lr, g = self.learning_rate, self.get
     if self.name == 'sgd':
       return tff.learning.optimizers.build_sgdm(learning_rate=lr)

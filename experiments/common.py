@@ -43,17 +43,23 @@ class Terminated(KeyboardInterrupt):
   run unwinds (workers stopped, files closed) and says where it stopped."""
 
 
+_terminated = False  # SIGTERM arrived (its exception may have been swallowed)
+
+
 def _raise_terminated(signum, frame):
   del signum, frame
+  global _terminated
+  _terminated = True
   raise Terminated()
 
 
 def stop_message(interrupt: KeyboardInterrupt) -> str:
-  """The one line printed for Ctrl-C / SIGTERM (the run's own text if it has one)."""
-  text = str(interrupt)
-  if text.startswith('stopped'):
-    return text
-  return 'stopped before the first round finished; rerun the same command to start again'
+  """The one line printed for Ctrl-C / SIGTERM: a stopped run's own (after
+  which round), else a generic one."""
+  training = sys.modules.get('tff_algos.training')  # never imported just for this
+  if training is not None and isinstance(interrupt, training.Stopped):
+    return str(interrupt)
+  return 'stopped; rerun the same command to resume'
 
 
 def _parse_flags(argv):
@@ -88,8 +94,7 @@ def guarded(main):
       return fail(e)
     except KeyboardInterrupt as e:
       print(stop_message(e), file=sys.stderr)
-      terminated = isinstance(e, Terminated) or isinstance(e.__cause__, Terminated)
-      return 128 + (signal.SIGTERM if terminated else signal.SIGINT)
+      return 128 + (signal.SIGTERM if _terminated else signal.SIGINT)
   return wrapped
 
 

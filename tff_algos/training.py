@@ -321,8 +321,9 @@ def run_training(algorithm: FederatedAlgorithm, task: Task, config: RunConfig,
   # from the rows kept in metrics.csv.
   cumulative = accounting.CumulativeCost(kept_rows)
   if start_round > config.total_rounds:
-    raise ValueError(f'checkpoint at round {start_round} is past total_rounds='
-                     f'{config.total_rounds}')
+    raise RunError(f'{out_dir} has a checkpoint at round {start_round}, past '
+                   f'total_rounds={config.total_rounds}; raise --total_rounds or choose '
+                   'another --experiment_name')
 
   # Stateful clients (FedDyn, SCAFFOLD): their states live in a disk-backed
   # store, rolled back to the checkpoint's round on resume.
@@ -520,7 +521,7 @@ def _check_identity(path: str, ident: dict[str, Any]) -> None:
       stored = json.load(f)
     diff = sorted(k for k in set(stored) | set(ident) if stored.get(k) != ident.get(k))
     if diff:
-      raise ValueError(
+      raise RunError(
           f'{os.path.dirname(path)} holds a different run (differs in: '
           f'{", ".join(diff)}); choose another --experiment_name or output '
           'directory, or delete it to start over')

@@ -42,12 +42,13 @@ import json
 import resource
 import time
 
-from absl import app
 from absl import flags
 import numpy as np
 
 from experiments import common
 from experiments import runtime_flags
+
+flags.adopt_module_key_flags(runtime_flags)  # --help lists them
 
 flags.DEFINE_bool('quick', False, 'Fewer measured rounds (for CI-sized machines).')
 flags.DEFINE_list('algorithms', None, '(c) only these registry algorithms (default: all).')
@@ -361,4 +362,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  app.run(main)
+  common.run(main)

@@ -29,7 +29,6 @@ import shutil
 import threading
 import time
 
-from absl import app
 from absl import flags
 import numpy as np
 
@@ -217,4 +216,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  app.run(main)
+  common.run(main)

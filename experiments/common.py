@@ -1,8 +1,24 @@
-"""Start-up and error reporting shared by the experiment binaries."""
+"""Start-up and error reporting shared by the experiment binaries.
 
+Every binary ends with `common.run(main)` instead of `app.run(main)`:
+
+* a `tff_algos.errors.UserError` (bad flag, missing dataset, unusable run
+  directory, a worker that died, ...) and a flag that absl cannot parse print
+  one ``error: <message>`` line and exit with status 2, without a traceback;
+* Ctrl-C (SIGINT) and SIGTERM print one line saying where the run stopped and
+  that the same command resumes it (exit status 130 / 143);
+* TFF's import-time default context is released before the interpreter tears
+  its modules down, so its ``ServiceManager.__del__`` prints nothing at exit.
+"""
+
+import signal
 import sys
 
+from absl import app
+from absl import flags
 from absl import logging
+
+from tff_algos.errors import UserError
 
 USAGE_ERROR = 2  # exit status for bad flags or inputs
 
@@ -20,3 +36,71 @@ def quiet_logs():
   tf.get_logger().setLevel('ERROR')
   import logging as py_logging
   py_logging.getLogger('matplotlib').setLevel(py_logging.WARNING)
+
+
+class Terminated(KeyboardInterrupt):
+  """SIGTERM, raised in the main thread like Ctrl-C's KeyboardInterrupt so the
+  run unwinds (workers stopped, files closed) and says where it stopped."""
+
+
+_terminated = False  # SIGTERM arrived (its exception may have been swallowed)
+
+
+def _raise_terminated(signum, frame):
+  del signum, frame
+  global _terminated
+  _terminated = True
+  raise Terminated()
+
+
+def stop_message(interrupt: KeyboardInterrupt) -> str:
+  """The one line printed for Ctrl-C / SIGTERM: a stopped run's own (after
+  which round), else a generic one."""
+  training = sys.modules.get('tff_algos.training')  # never imported just for this
+  if training is not None and isinstance(interrupt, training.Stopped):
+    return str(interrupt)
+  return 'stopped; rerun the same command to resume'
+
+
+def _parse_flags(argv):
+  """absl's parsing, a bad value answered with one 'error:' line and status 2."""
+  try:
+    return flags.FLAGS(argv)
+  except flags.Error as e:
+    sys.exit(fail(f'{e}; see --help'))
+
+
+def _release_tff_default_context():
+  """Drops TFF's import-time default context while `subprocess` still exists.
+
+  TFF's default context owns a `ServiceManager` whose `__del__`, run when the
+  interpreter tears modules down, fails with "'NoneType' object has no
+  attribute 'Popen'" (printed as "Exception ignored in ..."). Releasing it
+  here, before teardown, lets it be collected quietly.
+  """
+  if 'tensorflow_federated' in sys.modules:
+    from tff_algos.runtime import context  # pylint: disable=g-import-not-at-top
+    context.release_tff_default_context()
+
+
+def guarded(main):
+  """`main` with user errors and interrupts turned into one line each."""
+  def wrapped(argv):
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+      signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+      return main(argv)
+    except UserError as e:
+      return fail(e)
+    except KeyboardInterrupt as e:
+      print(stop_message(e), file=sys.stderr)
+      return 128 + (signal.SIGTERM if _terminated else signal.SIGINT)
+  return wrapped
+
+
+def run(main):
+  """`app.run(main)` for an experiment binary (see the module docstring)."""
+  try:
+    app.run(guarded(main), flags_parser=_parse_flags)
+  finally:
+    _release_tff_default_context()

@@ -1,4 +1,4 @@
-"""Paper 003 (FedDyn) Tables 1/2/4/6 and convergence plots.
+r"""Paper 003 (FedDyn) Tables 1/2/4/6 and convergence plots.
 
     python -m experiments.feddyn                                # digits, offline
     python -m experiments.feddyn --task=mnist --cache_dir=~/tensorflow_datasets \
@@ -40,6 +40,9 @@ from experiments import common
 from experiments import flags as trainer_flags
 from experiments import report
 from experiments import runtime_flags
+
+flags.adopt_module_key_flags(trainer_flags)  # --help lists the flags of both
+flags.adopt_module_key_flags(runtime_flags)
 
 PAPER_ALGORITHMS = ('feddyn', 'scaffold', 'fedavg', 'fedprox')
 flags.DEFINE_list('algorithms', list(PAPER_ALGORITHMS), 'Algorithms to compare.')
@@ -278,4 +281,4 @@ def main(argv):
 if __name__ == '__main__':
   for _name, _value in DEFAULTS.items():
     FLAGS.set_default(_name, _value)
-  app.run(main)
+  common.run(main)

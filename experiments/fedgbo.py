@@ -1,4 +1,4 @@
-"""Paper 004 (FedGBO) comparison: Tables IV/V-style results and cost curves.
+r"""Paper 004 (FedGBO) comparison: Tables IV/V-style results and cost curves.
 
     python -m experiments.fedgbo --tasks=femnist,cifar100,shakespeare --ks=10,50 \
         --cache_dir=~/.tff --total_rounds=5000 --rounds_per_eval=50 \
@@ -39,7 +39,6 @@ import dataclasses
 import json
 import os
 
-from absl import app
 from absl import flags
 import numpy as np
 
@@ -47,7 +46,9 @@ from experiments import common
 from experiments import flags as trainer_flags
 from experiments import report
 from experiments import runtime_flags
-from tasks import sent140
+
+flags.adopt_module_key_flags(trainer_flags)  # --help lists the flags of both
+flags.adopt_module_key_flags(runtime_flags)
 
 flags.DEFINE_list('tasks', ['femnist', 'cifar100', 'shakespeare'],
                   'Task presets: femnist, cifar100, shakespeare, sent140, digits.')
@@ -156,6 +157,7 @@ def accuracy_column(runs: dict, preferred: str) -> str:
 def main(argv):
   del argv
   common.quiet_logs()
+  from tasks import sent140  # pylint: disable=g-import-not-at-top
   base_values = {name: FLAGS[name].value for name in FLAGS}
   explicit = {name for name in FLAGS if FLAGS[name].present}
   try:
@@ -236,4 +238,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  app.run(main)
+  common.run(main)

@@ -3,7 +3,10 @@
 Flags map onto three things, each in one place: `TaskOptions` (data),
 `registry.HParams` (the algorithm) and `RunConfig` (the round loop).
 `validate()` checks all of them before any data is loaded or any computation
-is traced, so a bad flag fails in well under a second with a clear message.
+is traced, and raises `FlagError` (a `UserError`: the binaries print one
+`error:` line). This module imports no TensorFlow, so that `--help` and flags
+absl cannot parse are answered at once; the checks that need the task and
+algorithm registries load it.
 """
 
 from __future__ import annotations
@@ -16,10 +19,9 @@ import sys
 from absl import flags
 
 from experiments import runtime_flags
-from tasks import TaskOptions, check_options
-from tff_algos import registry
+from tff_algos import hparams as hparams_lib
 from tff_algos.core import optimizers
-from tff_algos.training import RunConfig
+from tff_algos.errors import UserError
 
 # Data.
 flags.DEFINE_string('task', 'digits', 'Task name (see --list_tasks). Default: the '
@@ -143,14 +145,18 @@ flags.DEFINE_bool('progress', True, 'Show a progress bar.')
 flags.DEFINE_bool('restart', False, 'Delete the outputs already in <root_output_dir>/'
                   '<experiment_name> (checkpoints, metrics, client states) and start the '
                   'run over at round 0, instead of resuming it.')
+flags.DEFINE_integer('max_rounds_all_dropped', 10,
+                     'Stop the run after this many rounds in a row in which every client '
+                     'diverged (non-finite update) and was dropped; 0: never stop.')
 FLAGS = flags.FLAGS
 
 
-class FlagError(ValueError):
-  pass
+class FlagError(UserError, ValueError):
+  """A bad flag value or combination; the message names the flag and the fix."""
 
 
-def task_options() -> TaskOptions:
+def task_options():
+  from tasks import TaskOptions  # pylint: disable=g-import-not-at-top
   return TaskOptions(batch_size=FLAGS.client_batch_size, cache_dir=FLAGS.cache_dir,
                      use_synthetic_data=FLAGS.use_synthetic_data, model=FLAGS.model,
                      seed=FLAGS.seed, num_clients=FLAGS.num_clients,
@@ -163,14 +169,21 @@ def task_options() -> TaskOptions:
                      max_elements_per_user=FLAGS.max_elements_per_user)
 
 
-def hparams(grid: bool = False) -> registry.HParams:
+def hparams(grid: bool = False) -> hparams_lib.HParams:
   """The algorithm's hyperparameters. `grid`: the flags are shared by several
   algorithms (experiment grids), so other algorithms' own flags are dropped
   instead of refused."""
-  names = [f.name for f in dataclasses.fields(registry.HParams)]
-  hp = registry.HParams(**{n: getattr(FLAGS, n) for n in names})
+  hp = _flag_hparams()
+  from tff_algos import registry  # pylint: disable=g-import-not-at-top
+  names = [f.name for f in dataclasses.fields(hparams_lib.HParams)]
   hp = registry.with_defaults(FLAGS.algorithm, hp, [n for n in names if _unset(n)])
   return registry.for_algorithm(FLAGS.algorithm, hp) if grid else hp
+
+
+def _flag_hparams() -> hparams_lib.HParams:
+  """The hyperparameters exactly as the flags give them (no TensorFlow needed)."""
+  names = [f.name for f in dataclasses.fields(hparams_lib.HParams)]
+  return hparams_lib.HParams(**{n: getattr(FLAGS, n) for n in names})
 
 
 def _unset(name: str) -> bool:
@@ -180,7 +193,7 @@ def _unset(name: str) -> bool:
 
 def algorithm_defaults() -> dict:
   """The algorithm's own defaults that replace flags left unset (e.g. FedGBO's K)."""
-  names = [f.name for f in dataclasses.fields(registry.HParams)]
+  names = [f.name for f in dataclasses.fields(hparams_lib.HParams)]
   hp = hparams()
   return {n: getattr(hp, n) for n in names if getattr(hp, n) != getattr(FLAGS, n)}
 
@@ -188,6 +201,7 @@ def algorithm_defaults() -> dict:
 def warn_ignored_flags(algorithms) -> None:
   """One stderr line per algorithm-specific flag that some of a grid's algorithms
   ignore (e.g. --clip_norm: FedGBO's baselines clip, FedGBO does not)."""
+  from tff_algos import registry  # pylint: disable=g-import-not-at-top
   for flag, names in registry.ignored_flags(algorithms, hparams()).items():
     print(f'note: --{flag} is not used by {", ".join(names)}; those run without it',
           file=sys.stderr)
@@ -204,23 +218,33 @@ def experiment_name() -> str:
   return '_'.join(parts)
 
 
-def run_config(output_dir) -> RunConfig:
+def run_config(output_dir):
+  from tff_algos.training import RunConfig  # pylint: disable=g-import-not-at-top
   return RunConfig(total_rounds=FLAGS.total_rounds,
                    clients_per_round=FLAGS.clients_per_round, seed=FLAGS.seed,
                    rounds_per_eval=FLAGS.rounds_per_eval,
                    rounds_per_checkpoint=FLAGS.rounds_per_checkpoint,
                    output_dir=output_dir, progress=FLAGS.progress,
                    shuffle=FLAGS.shuffle, max_eval_examples=FLAGS.max_eval_examples,
-                   restart=FLAGS.restart)
+                   restart=FLAGS.restart,
+                   max_rounds_all_dropped=FLAGS.max_rounds_all_dropped)
 
 
 def validate(grid: bool = False):
-  """All cheap checks; raises FlagError with one readable message."""
+  """All cheap checks; raises FlagError with one readable message.
+
+  The checks that need no TensorFlow come first (a typo there is answered
+  in about a second); the task and algorithm checks load it.
+  """
   try:
     name = FLAGS.experiment_name
     if name is not None and (not re.fullmatch(r'[\w.\-]+', name) or name in ('.', '..')):
       raise ValueError(f'--experiment_name must be one directory name of letters, digits, '
                        f'_ . - (not . or ..), got {name!r}')
+    _flag_hparams().client_optimizer_spec()
+    _flag_hparams().server_optimizer_spec()
+    from tasks import check_options  # pylint: disable=g-import-not-at-top
+    from tff_algos import registry  # pylint: disable=g-import-not-at-top
     options = task_options()
     check_options(FLAGS.task, options)
     hp = hparams(grid)
@@ -247,7 +271,8 @@ def flag_values() -> dict:
 # Flags that may change between a run and its resume.
 _RESUMABLE = ('total_rounds', 'progress', 'rounds_per_eval', 'rounds_per_checkpoint',
               'root_output_dir', 'experiment_name', 'max_eval_examples', 'cache_dir',
-              'backend', 'workers', 'concurrent_clients', 'restart')
+              'backend', 'workers', 'concurrent_clients', 'restart',
+              'max_rounds_all_dropped')
 
 
 def run_identity() -> dict:

@@ -1,4 +1,4 @@
-"""Hyperparameter grid over the trainer (paper 000 Tables 4-5 style searches).
+r"""Hyperparameter grid over the trainer (paper 000 Tables 4-5 style searches).
 
     python -m experiments.grid --task=digits --total_rounds=200 --rounds_per_eval=20 \
       --local_steps=10 --grid='client_learning_rate=0.3,0.1;local_steps=3,10;local_steps_decay=1,0.99' \
@@ -19,7 +19,6 @@ import csv
 import itertools
 import os
 
-from absl import app
 from absl import flags
 import numpy as np
 
@@ -27,6 +26,9 @@ from experiments import common
 from experiments import flags as trainer_flags
 from experiments import report
 from experiments import runtime_flags
+
+flags.adopt_module_key_flags(trainer_flags)  # --help lists the flags of both
+flags.adopt_module_key_flags(runtime_flags)
 
 flags.DEFINE_string('grid', '', "Grid, e.g. 'client_learning_rate=1,0.1;local_steps=10,33'.")
 flags.DEFINE_string('grid_name', None, 'Directory name of the grid (default: the task).')
@@ -135,4 +137,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  app.run(main)
+  common.run(main)

@@ -1,4 +1,4 @@
-"""Paper 002 §8-9: LocalUpdate learning-rate studies and LocalUpdateDecay.
+r"""Paper 002 §8-9: LocalUpdate learning-rate studies and LocalUpdateDecay.
 
     python -m experiments.local_update_decay --figure=fig2 --tasks=emnist_character \
         --cache_dir=~/.tff --rounds=1500                       # real data (GPU box)
@@ -31,7 +31,6 @@ import json
 import math
 import os
 
-from absl import app
 from absl import flags
 import numpy as np
 
@@ -39,6 +38,8 @@ from experiments import common
 from experiments import report
 from experiments import runtime_flags
 from experiments.configs import paper002
+
+flags.adopt_module_key_flags(runtime_flags)  # --help lists them
 
 SGD_TASKS = ('emnist_character', 'cifar100_image', 'shakespeare_character')
 SO_TASKS = ('stackoverflow_tag', 'stackoverflow_word')
@@ -224,4 +225,4 @@ def _plot(task_name, curves, path):
 
 
 if __name__ == '__main__':
-  app.run(main)
+  common.run(main)

@@ -28,13 +28,14 @@ import csv
 import json
 import os
 
-from absl import app
 from absl import flags
 import numpy as np
 
 from experiments import common
 from experiments import report
 from experiments import runtime_flags
+
+flags.adopt_module_key_flags(runtime_flags)  # --help lists them
 
 SETTINGS = ('single', 'full', 'partial')
 FIXED_RUNS = ('fedrr', 'local_sgd_wr', 'nastya_adam', 'nastya_adaptive')
@@ -230,4 +231,4 @@ def plot(curves) -> str:
 
 
 if __name__ == '__main__':
-  app.run(main)
+  common.run(main)

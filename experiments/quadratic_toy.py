@@ -19,13 +19,14 @@ from __future__ import annotations
 import json
 import os
 
-from absl import app
 from absl import flags
 import numpy as np
 
 from experiments import common
 from experiments import report
 from experiments import runtime_flags
+
+flags.adopt_module_key_flags(runtime_flags)  # --help lists them
 
 RUNS = {
     'const_k3': dict(local_steps=3),
@@ -176,4 +177,4 @@ def plot(curves, x_star, surrogate) -> str:
 
 
 if __name__ == '__main__':
-  app.run(main)
+  common.run(main)

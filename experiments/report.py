@@ -6,7 +6,13 @@ import math
 import os
 from typing import Iterable, Optional, Sequence
 
-from tff_algos.training import read_metrics  # noqa: F401  (one reader of metrics.csv)
+
+
+def read_metrics(path: str) -> list[dict]:
+  """`tff_algos.training.read_metrics` (the one reader of metrics.csv), imported
+  when called: the binaries import this module before TensorFlow."""
+  from tff_algos import training  # pylint: disable=g-import-not-at-top
+  return training.read_metrics(path)
 
 
 def eval_metric_names(rows: Sequence[dict]) -> list[str]:
@@ -32,11 +38,17 @@ def format_table(header: Sequence[str], rows: Iterable[Sequence], floatfmt: str 
   return '\n'.join(out)
 
 
+TRAINING_TABLE_LEGEND = ('round_*: that round alone (train loss: mean over its clients, '
+                         'nan if all diverged); eval_*: the model after that round; '
+                         'cum_*: rounds 1 to that round')
+
+
 def training_table(rows: Sequence[dict]) -> str:
-  """One line per evaluation: round, train loss, eval metrics, cumulative cost."""
+  """One line per evaluation: the round's train loss and time, the evaluation,
+  and the cost so far; the last line says which columns are which."""
   evals = eval_metric_names(rows)
-  header = ['round', 'train_loss'] + [e[len('eval/'):] for e in evals] + [
-      'client_steps', 'upload_MB', 'sec/round']
+  header = ['round', 'round_train_loss'] + ['eval_' + e[len('eval/'):] for e in evals] + [
+      'cum_client_steps', 'cum_upload_MB', 'round_time_s']
   table, steps, up = [], 0.0, 0.0
   for row in rows:
     steps += row.get('client_work/client_steps', 0.0)
@@ -45,7 +57,7 @@ def training_table(rows: Sequence[dict]) -> str:
       table.append([int(row['round']), row.get('client_work/train/loss', float('nan'))] +
                    [row.get(e, float('nan')) for e in evals] +
                    [int(steps), up / 1e6, row.get('round_time_s', float('nan'))])
-  return format_table(header, table)
+  return format_table(header, table) + '\n' + TRAINING_TABLE_LEGEND
 
 
 def plot_training(rows: Sequence[dict], path: str, title: Optional[str] = None) -> str:

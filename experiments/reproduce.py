@@ -1,4 +1,4 @@
-"""Reproduce a published table or figure, and compare with the published numbers.
+r"""Reproduce a published table or figure, and compare with the published numbers.
 
     python -m experiments.reproduce --list
     python -m experiments.reproduce --experiment=fedopt_baselines_emnist_cr_fedavg --scale=smoke
@@ -38,7 +38,9 @@ from experiments import report
 from experiments import runtime_flags
 from experiments import seed_stats
 from experiments.configs import base
-from tff_algos import metrics_tables
+
+flags.adopt_module_key_flags(trainer_flags)  # --help lists the flags of both
+flags.adopt_module_key_flags(runtime_flags)
 
 flags.DEFINE_bool('list', False, 'List every experiment and exit.')
 flags.DEFINE_string('experiment', None, 'Experiment name (see --list).')
@@ -265,6 +267,7 @@ def run_metric(rows: Sequence[dict], summary: dict, metric: str) -> Optional[flo
       model_bytes, cohort = summary.get('model_bytes'), summary.get('clients_per_round')
       if not (model_bytes and cohort):
         return None
+      from tff_algos import metrics_tables  # pylint: disable=g-import-not-at-top
       hit = metrics_tables.models_to_target(rows, target, model_bytes, cohort, metric=acc)
       return hit.models_transmitted if hit.reached else None
     reach = report.cost_to_reach(rows, target, acc, costs=('upload_bytes', 'client_flops'))
@@ -627,4 +630,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  app.run(main)
+  common.run(main)

@@ -1,4 +1,4 @@
-"""Federated training of one (task, algorithm) pair.
+r"""Federated training of one (task, algorithm) pair.
 
     python -m experiments.train                      # digits, FedAvg, 100 rounds
     python -m experiments.train --task=emnist_character --cache_dir=~/.tff \
@@ -13,6 +13,7 @@ curves.png there.
 from __future__ import annotations
 
 import os
+import sys
 
 from absl import app
 from absl import flags
@@ -22,14 +23,35 @@ from experiments import flags as trainer_flags
 from experiments import report
 from experiments import runtime_flags
 
+flags.adopt_module_key_flags(trainer_flags)
+flags.adopt_module_key_flags(runtime_flags)
+
 flags.DEFINE_bool('list_tasks', False, 'List tasks and exit.')
 flags.DEFINE_bool('list_algorithms', False, 'List algorithms and exit.')
 FLAGS = flags.FLAGS
 
 
+def fit_cohort_to(num_clients: int, task_name: str) -> None:
+  """--clients_per_round against the task's clients: TFF's synthetic data has
+  only a few, so with --use_synthetic_data an unset --clients_per_round takes
+  them all; otherwise a cohort larger than the task is a `FlagError`."""
+  if FLAGS.clients_per_round <= num_clients:
+    return
+  if FLAGS.use_synthetic_data and not FLAGS['clients_per_round'].present:
+    FLAGS.clients_per_round = num_clients
+    print(f'note: --use_synthetic_data: task {task_name!r} has {num_clients} clients; '
+          f'using --clients_per_round={num_clients}', file=sys.stderr)
+    return
+  raise trainer_flags.FlagError(
+      f'--clients_per_round={FLAGS.clients_per_round} exceeds the {num_clients} clients '
+      f'of task {task_name!r}; set --clients_per_round={num_clients} or less')
+
+
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
+  if not (FLAGS.list_tasks or FLAGS.list_algorithms):
+    options, hp, _ = trainer_flags.validate()
   common.quiet_logs()
   from tasks import get_task, list_tasks
   from tff_algos import registry
@@ -41,30 +63,20 @@ def main(argv):
     for name, spec in sorted(registry.ALGORITHMS.items()):
       print(f'{name:24s} {spec.description}')
     return 0
-  try:
-    options, hp, _ = trainer_flags.validate()
-  except trainer_flags.FlagError as e:
-    return common.fail(e)
 
   from tff_algos import training
-  from tff_algos import run_dir
-  from tff_algos.errors import UserError
-  out_dir = trainer_flags.output_dir()
   task = get_task(FLAGS.task, options)  # data errors surface before any worker starts
-  if FLAGS.clients_per_round > len(task.client_ids):
-    return common.fail(f'--clients_per_round={FLAGS.clients_per_round} exceeds the '
-                       f'{len(task.client_ids)} clients of task {task.name!r}')
-  try:
-    run_dir.check_free(out_dir)  # another run there: refused before any tracing
-    with runtime_flags.managed_context():
-      algorithm = registry.build(FLAGS.algorithm, task.model_fn, hp)
-      print(f'{algorithm.name} on {task.name} ({task.info.get("model")}, '
-            f'{len(task.client_ids)} clients) -> {out_dir}', flush=True)
-      result = training.run_training(algorithm, task, trainer_flags.run_config(out_dir),
-                                     extra_summary={'flags': trainer_flags.flag_values()},
-                                     identity=trainer_flags.run_identity())
-  except UserError as e:
-    return common.fail(e)
+  fit_cohort_to(len(task.client_ids), task.name)
+  out_dir = trainer_flags.output_dir()
+  from tff_algos import run_dir  # pylint: disable=g-import-not-at-top
+  run_dir.check_free(out_dir)  # another run there: refused before any tracing
+  with runtime_flags.managed_context():
+    algorithm = registry.build(FLAGS.algorithm, task.model_fn, hp)
+    print(f'{algorithm.name} on {task.name} ({task.info.get("model")}, '
+          f'{len(task.client_ids)} clients) -> {out_dir}', flush=True)
+    result = training.run_training(algorithm, task, trainer_flags.run_config(out_dir),
+                                   extra_summary={'flags': trainer_flags.flag_values()},
+                                   identity=trainer_flags.run_identity())
   rows = report.read_metrics(os.path.join(out_dir, 'metrics.csv'))
   print(report.training_table(rows))
   figure = report.plot_training(rows, os.path.join(out_dir, 'curves.png'),
@@ -77,4 +89,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  app.run(main)
+  common.run(main)

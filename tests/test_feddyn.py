@@ -144,7 +144,7 @@ def test_a_diverging_client_is_dropped_and_keeps_its_state():
   state = process.set_model_weights(process.initialize(Population(4)), p.weights(np.ones(3)))
   init = process.initial_client_state(state)
   out = process.next(state, p.datasets([2]), [init])
-  assert out.metrics['client_work']['finite_clients'] == 0
+  assert out.metrics['client_work']['non_finite_clients'] == 1
   np.testing.assert_array_equal(model(process, out.state), np.ones(3))  # unchanged
 
 

@@ -8,10 +8,12 @@ flag of the same name there when an algorithm needs a new knob.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
 from tff_algos.core import optimizers
-from tff_algos.core.algorithm import FederatedAlgorithm
+
+if TYPE_CHECKING:  # flag validation imports this module without TensorFlow
+  from tff_algos.core.algorithm import FederatedAlgorithm
 
 
 @dataclasses.dataclass(frozen=True)

@@ -27,6 +27,7 @@ import dataclasses
 import json
 import os
 import shutil
+import sys
 import tempfile
 import time
 import zlib
@@ -38,6 +39,7 @@ import tensorflow_federated as tff
 
 from tasks.base import Task
 from tff_algos import run_dir
+from tff_algos.errors import UserError
 from tff_algos import runtime
 from tff_algos.core import accounting
 from tff_algos.core import client_state
@@ -66,6 +68,9 @@ class RunConfig:
   max_eval_examples: Optional[int] = None
   # Discard the outputs already in `output_dir` and start over at round 0.
   restart: bool = False
+  # Stop (with a UserError) after this many consecutive rounds in which every
+  # client diverged and was dropped (the model cannot move). 0: never stop.
+  max_rounds_all_dropped: int = 10
 
   def __post_init__(self):
     if self.total_rounds < 1:
@@ -80,6 +85,19 @@ class RunConfig:
       raise ValueError('max_eval_examples must be >= 1')
     if self.shuffle not in ('rr', 'so', 'none'):
       raise ValueError(f"shuffle must be 'rr', 'so' or 'none', got {self.shuffle!r}")
+    if self.max_rounds_all_dropped < 0:
+      raise ValueError(f'max_rounds_all_dropped must be >= 0 (0: never stop), got '
+                       f'{self.max_rounds_all_dropped}')
+
+
+class RunError(UserError, ValueError):
+  """The run cannot go on as asked (its directory holds another run, every
+  client keeps diverging, ...); the message says what to change."""
+
+
+class Stopped(KeyboardInterrupt):
+  """Ctrl-C or SIGTERM stopped `run_training`; str() says after which round
+  and that the same command resumes the run."""
 
 
 @dataclasses.dataclass
@@ -293,8 +311,9 @@ def _run_training(algorithm: FederatedAlgorithm, task: Task, config: RunConfig,
   process = algorithm.process
   client_ids = task.client_ids
   if config.clients_per_round > len(client_ids):
-    raise ValueError(f'clients_per_round={config.clients_per_round} exceeds the '
-                     f'{len(client_ids)} clients of task {task.name!r}')
+    raise RunError(f'clients_per_round={config.clients_per_round} exceeds the '
+                   f'{len(client_ids)} clients of task {task.name!r}; lower '
+                   'clients_per_round')
   evaluate = build_evaluator(task, config.max_eval_examples)
   out_dir = config.output_dir
   state_manager = csv_writer = tb_manager = None
@@ -353,7 +372,11 @@ def _run_training(algorithm: FederatedAlgorithm, task: Task, config: RunConfig,
     from tqdm import tqdm
     bar = tqdm(total=config.total_rounds, initial=start_round, unit='round',
                desc=algorithm.name, dynamic_ncols=True)
+  if start_round:
+    print(f'resuming from round {start_round} (checkpoint in {out_dir})', flush=True)
   t_start = time.perf_counter()
+  finished = checkpointed = start_round  # rounds fully written / checkpointed
+  dropped_streak = _DroppedStreak(config.max_rounds_all_dropped, _warner(bar))
   try:
     for round_num in rounds:
       runtime.raise_if_interrupted()  # a SIGINT whose KeyboardInterrupt was swallowed
@@ -377,6 +400,7 @@ def _run_training(algorithm: FederatedAlgorithm, task: Task, config: RunConfig,
       row = {'round': round_num + 1}
       row.update(flatten_metrics(output.metrics))
       m = len(cohort)
+      all_dropped = _all_clients_dropped(row, m)
       row['download_bytes'] = m * traffic.download_bytes
       row['upload_bytes'] = m * traffic.upload_bytes
       row['client_flops'] = accounting.round_client_flops(
@@ -404,12 +428,20 @@ def _run_training(algorithm: FederatedAlgorithm, task: Task, config: RunConfig,
         _checkpoint(state_manager, manifest, store, state, done, dict(
             cumulative=dict(cumulative.totals), totals=dict(run_totals),
             row=run_dir.finite_scalars(row)))
+        checkpointed = done
       if bar is not None:
         bar.update(1)
         post = {'loss': row.get('client_work/train/loss')}
         if last_eval:
           post.update({k: v for k, v in list(last_eval.items())[:2]})
         bar.set_postfix({k: f'{v:.4g}' for k, v in post.items() if v is not None})
+      finished = done
+      dropped_streak.update(done, m, all_dropped)
+  except KeyboardInterrupt as e:
+    resume = ('' if checkpointed == finished
+              else f' (from its checkpoint of round {checkpointed})')
+    raise Stopped(f'stopped after round {finished}; rerun the same command to resume'
+                  f'{resume}') from e
   finally:
     if bar is not None:
       bar.close()
@@ -482,6 +514,48 @@ def _note_lost_rows(path: str, kept_rows, start_round: int) -> None:
     run_dir.notice(f'{path} lacks {len(lost)} of rounds 1-{start_round} (first: round '
                    f'{lost[0]}); resuming from round {start_round}, totals kept from '
                    'the checkpoint')
+
+
+def _all_clients_dropped(row: dict[str, Any], cohort_size: int) -> bool:
+  """True when every client of the round diverged (non-finite update) and was
+  dropped; its training metrics (loss, accuracy), averaged over no client,
+  become NaN instead of 0. Counts (num_examples, num_batches) stay 0."""
+  dropped = [v for k, v in row.items() if k.endswith('non_finite_clients')]
+  if not dropped or dropped[0] < cohort_size:
+    return False
+  for key in row:
+    if '/train/' in key and not key.endswith(('/num_examples', '/num_batches')):
+      row[key] = float('nan')
+  return True
+
+
+def _warner(bar) -> Callable[[str], None]:
+  """Prints a warning line to stderr, above the progress bar if there is one."""
+  if bar is None:
+    return lambda text: print(text, file=sys.stderr, flush=True)
+  from tqdm import tqdm  # pylint: disable=g-import-not-at-top
+  return lambda text: tqdm.write(text, file=sys.stderr)
+
+
+class _DroppedStreak:
+  """Warns on each round in which every client was dropped; after
+  `max_rounds` such rounds in a row raises `RunError` (0: never)."""
+
+  def __init__(self, max_rounds: int, write: Callable[[str], None]):
+    self.max_rounds, self.write, self.rounds = max_rounds, write, 0
+
+  def update(self, round_done: int, cohort_size: int, all_dropped: bool):
+    if not all_dropped:
+      self.rounds = 0
+      return
+    self.rounds += 1
+    self.write(f'warning: round {round_done}: all {cohort_size} clients diverged '
+               '(non-finite update) and were dropped; the model did not change')
+    if self.max_rounds and self.rounds >= self.max_rounds:
+      raise RunError(
+          f'every client diverged in each of the last {self.rounds} rounds (up to round '
+          f'{round_done}), so the model cannot train; lower --client_learning_rate or '
+          '--local_steps (or raise --max_rounds_all_dropped; 0 never stops)')
 
 
 def _client_state_store(initial_state, task: Task, out_dir: Optional[str],

@@ -9,20 +9,16 @@ Where epsilon goes: Adam, Yogi and RMSProp (TFF's) divide by sqrt(v) + eps.
 'adagrad' does the same, w <- w - lr g / (sqrt(acc) + eps): Keras's Adagrad,
 which Reddi et al.'s FedAdagrad ran (their tuned eps values assume it), and
 Duchi et al.'s delta. TFF's own Adagrad divides by sqrt(acc + eps) instead;
-it is 'adagrad_tff'. The one optimiser written here is `KerasAdagrad`.
+it is 'adagrad_tff'. The one optimiser written here is `keras_adagrad.KerasAdagrad`.
 """
 
 from __future__ import annotations
 
-import collections
 import dataclasses
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Optional
 
-import tensorflow as tf
-import tensorflow_federated as tff
-
-LEARNING_RATE_KEY = tff.learning.optimizers.LEARNING_RATE_KEY
-
+if TYPE_CHECKING:  # imported where used: flag validation must not load TensorFlow
+  import tensorflow_federated as tff
 
 NAMES = ('sgd', 'sgdm', 'adam', 'yogi', 'adagrad', 'adagrad_tff', 'rmsprop')
 
@@ -58,6 +54,7 @@ class OptimizerSpec:
     return _DEFAULTS[self.name].get(field) if value is None else value
 
   def build(self) -> tff.learning.optimizers.Optimizer:
+    import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top,redefined-outer-name
     lr, g = self.learning_rate, self.get
     if self.name == 'sgd':
       return tff.learning.optimizers.build_sgdm(learning_rate=lr)
@@ -71,6 +68,7 @@ class OptimizerSpec:
           learning_rate=lr, beta_1=g('beta_1'), beta_2=g('beta_2'), epsilon=g('epsilon'),
           initial_preconditioner_value=g('initial_accumulator'))
     if self.name == 'adagrad':
+      from tff_algos.core.keras_adagrad import KerasAdagrad  # pylint: disable=g-import-not-at-top
       return KerasAdagrad(lr, epsilon=g('epsilon'),
                           initial_accumulator=g('initial_accumulator'))
     if self.name == 'adagrad_tff':
@@ -79,56 +77,3 @@ class OptimizerSpec:
           initial_preconditioner_value=g('initial_accumulator'))
     return tff.learning.optimizers.build_rmsprop(
         learning_rate=lr, decay=g('beta_2'), epsilon=g('epsilon'))
-
-
-class KerasAdagrad(tff.learning.optimizers.Optimizer):
-  """Adagrad with epsilon outside the square root (Keras's; Reddi et al.'s).
-
-      acc <- acc + g^2
-      w   <- w - lr g / (sqrt(acc) + eps)
-
-  State and hyperparameters are laid out as TFF's Adagrad ('learning_rate',
-  'epsilon', 'preconditioner'), so TFF's learning-rate schedules apply.
-  """
-
-  def __init__(self, learning_rate: float, epsilon: float = 1e-7,
-               initial_accumulator: float = 0.0):
-    for name, value in (('learning rate', learning_rate), ('epsilon', epsilon),
-                        ('initial accumulator', initial_accumulator)):
-      if not value >= 0:
-        raise ValueError(f'Adagrad {name} must be >= 0, got {value}')
-    self._lr, self._epsilon = learning_rate, epsilon
-    self._initial = initial_accumulator
-
-  def initialize(self, specs: Any):
-    return collections.OrderedDict([
-        (LEARNING_RATE_KEY, self._lr),
-        ('epsilon', self._epsilon),
-        ('preconditioner', tf.nest.map_structure(
-            lambda s: tf.fill(s.shape, tf.cast(self._initial, s.dtype)), specs)),
-    ])
-
-  def next(self, state, weights, gradients):
-    lr, eps = state[LEARNING_RATE_KEY], state['epsilon']
-
-    def step(w, acc, g):
-      acc = acc + tf.square(g)
-      return w - tf.cast(lr, g.dtype) * g / (tf.sqrt(acc) + tf.cast(eps, g.dtype)), acc
-
-    flat = [step(w, a, g) for w, a, g in zip(tf.nest.flatten(weights),
-                                             tf.nest.flatten(state['preconditioner']),
-                                             tf.nest.flatten(gradients))]
-    new_weights = tf.nest.pack_sequence_as(weights, [w for w, _ in flat])
-    new_state = collections.OrderedDict(state)
-    new_state['preconditioner'] = tf.nest.pack_sequence_as(
-        state['preconditioner'], [a for _, a in flat])
-    return new_state, new_weights
-
-  def get_hparams(self, state):
-    return collections.OrderedDict(
-        [(k, state[k]) for k in (LEARNING_RATE_KEY, 'epsilon')])
-
-  def set_hparams(self, state, hparams):
-    state = collections.OrderedDict(state)
-    state.update(hparams)
-    return state

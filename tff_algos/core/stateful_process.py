@@ -205,7 +205,8 @@ def build_stateful_process(
         model.reset_metrics()
       stats = collections.OrderedDict(
           num_steps=step.outcome.num_steps,
-          finite=tf.cast(finite, tf.float32))
+          finite=tf.cast(finite, tf.float32),
+          non_finite=tf.cast(tf.logical_not(finite), tf.int32))
       return (upload, stats, model.report_local_unfinalized_metrics(), new_state)
 
     upload, stats, metrics, new_state = train(message, dataset, client_state)
@@ -245,7 +246,7 @@ def build_stateful_process(
     measurements = collections.OrderedDict(
         train=metrics_aggregation_fn(out.metrics),
         client_steps=tff.federated_sum(out.stats.num_steps),
-        finite_clients=num_finite,
+        non_finite_clients=tff.federated_sum(out.stats.non_finite),
         client_learning_rate=tff.federated_map(client_learning_rate, state))
     metrics = tff.federated_zip(collections.OrderedDict(
         client_work=tff.federated_zip(measurements)))

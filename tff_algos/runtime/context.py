@@ -6,13 +6,15 @@ and tries to stop it in `__del__` at interpreter exit, which fails (the
 is started eagerly by us, and stopped on every way out:
 
 * `close()` / the context manager / `atexit` on normal exit and exceptions;
-* SIGINT and SIGTERM handlers that stop the workers, then re-raise the
-  default behaviour (KeyboardInterrupt / exit status 143);
+* SIGINT and SIGTERM handlers that stop the workers, then call the handler
+  that was there before (the experiment binaries raise `KeyboardInterrupt` for
+  both) or do the default (KeyboardInterrupt / exit status 143);
 * on Linux, `PR_SET_PDEATHSIG` so the kernel sends SIGTERM to the worker when
   the thread that started it dies, even on SIGKILL of our process.
 
 After a shutdown (or if a worker we started exits) a call on the context raises
-`WorkerStopped` instead of TFF's endless retry, and after a signal
+`WorkerStopped` (a `UserError`: the run resumes when restarted) instead of TFF's
+endless retry, and after a signal
 `raise_if_interrupted()` (asked by `run_training` between rounds) raises
 KeyboardInterrupt even if Python swallowed the handler's own exception.
 
@@ -42,6 +44,7 @@ import asyncio
 import atexit
 import contextlib
 import ctypes
+import gc
 import os
 import signal
 import subprocess
@@ -57,12 +60,15 @@ from tensorflow_federated.python.core.backends.native import compiler as native_
 from tensorflow_federated.python.core.backends.native import mergeable_comp_compiler
 from tensorflow_federated.python.core.environments.tensorflow_frontend import tensorflow_computation
 from tensorflow_federated.python.core.impl.context_stack import context_stack_impl
+from tensorflow_federated.python.core.impl.context_stack import runtime_error_context
 from tensorflow_federated.python.core.impl.execution_contexts import async_execution_context
 from tensorflow_federated.python.core.impl.execution_contexts import mergeable_comp_execution_context
 from tensorflow_federated.python.core.impl.execution_contexts import sync_execution_context
 from tensorflow_federated.python.core.impl.executor_stacks import python_executor_stacks
 from tensorflow_federated.python.core.impl.executors import remote_executor
 from tensorflow_federated.python.core.impl.executors import remote_executor_grpc_stub
+
+from tff_algos.errors import UserError
 
 WORKER_BINARY = os.path.join(os.path.dirname(tff.__file__), 'data', 'worker_binary')
 
@@ -131,26 +137,28 @@ class Worker:
       self.process.wait()
 
 
-class WorkerStopped(RuntimeError):
-  """A call reached a worker that this process has stopped (not retryable)."""
+class WorkerStopped(UserError, RuntimeError):
+  """A call reached a worker that has exited or that this process has stopped
+  (not retryable); the run resumes from its last checkpoint when restarted."""
 
 
-def _stack_factory(address: str, stopped: Callable[[], bool]):
+def _stack_factory(address: str, stopped: Callable[[], Optional[str]]):
   """TFF's executor stack: a `RemoteExecutor` on the worker at `address`.
 
   TFF retries a call whose worker is unreachable, for ever (backoff up to
-  30 s). Once `stopped()` is true (we stopped our workers, or one of them
-  exited) no retry can succeed, so a new executor -- which TFF's retry asks
-  for -- raises `WorkerStopped` instead.
+  30 s). Once `stopped()` gives a reason (we stopped our workers, or one of
+  them exited) no retry can succeed, so a new executor -- which TFF's retry
+  asks for -- raises `WorkerStopped` instead.
   """
   stub = remote_executor_grpc_stub.RemoteExecutorGrpcStub(
       grpc.insecure_channel(address, _GRPC_OPTIONS))
 
   def stack_fn(cardinalities):
-    if stopped():
-      raise WorkerStopped(f'the TFF context of the worker at {address} was shut down '
-                          '(or a worker it started exited); call tff_algos.runtime.install() '
-                          'for a new one')
+    reason = stopped()
+    if reason is not None:
+      raise WorkerStopped(f'{reason}; rerun the same command to resume from the last '
+                          'checkpoint (in Python: tff_algos.runtime.install() starts '
+                          'a new context)')
     if cardinalities.get(tff.CLIENTS) is None:
       cardinalities[tff.CLIENTS] = 0
     ex = remote_executor.RemoteExecutor(stub)
@@ -247,7 +255,7 @@ def _fix_mergeable_client_order():
     module._invoke_after_merge_in_async_pool = _after_merge_in_client_order  # pylint: disable=protected-access
 
 
-def _native_context(address: str, stopped: Callable[[], bool], sync: bool = True):
+def _native_context(address: str, stopped: Callable[[], Optional[str]], sync: bool = True):
   cls = (sync_execution_context.SyncExecutionContext if sync
          else async_execution_context.AsyncExecutionContext)
   return cls(executor_fn=_stack_factory(address, stopped),
@@ -286,14 +294,14 @@ class ManagedContext:
       self.close()
       raise
     if workers is None:
-      self.context = _native_context(self.addresses[0], self._is_closed)
+      self.context = _native_context(self.addresses[0], self._stop_reason)
     else:
       # TFF's multi-worker execution: each call's clients are split into one
       # subround per worker; partial aggregates are merged, then `after_merge`
       # (whose CLIENTS results we keep in client order: see above).
       _fix_mergeable_client_order()
       self.context = mergeable_comp_execution_context.MergeableCompExecutionContext(
-          async_contexts=[_native_context(a, self._is_closed, sync=False)
+          async_contexts=[_native_context(a, self._stop_reason, sync=False)
                           for a in self.addresses],
           compiler_fn=mergeable_comp_compiler.compile_to_mergeable_comp_form,
           transform_result=tensorflow_computation.transform_result)
@@ -302,8 +310,15 @@ class ManagedContext:
   def pids(self) -> list[int]:
     return [w.pid for w in self.workers]
 
-  def _is_closed(self) -> bool:
-    return self._closed or any(w.process.poll() is not None for w in self.workers)
+  def _stop_reason(self) -> Optional[str]:
+    """Why calls can no longer reach the workers (None: they can)."""
+    if self._closed:
+      return 'the TFF context was shut down'
+    for w in self.workers:
+      if w.process.poll() is not None:
+        return (f'the TFF worker_binary (pid {w.pid}, {w.address}) exited with '
+                f'status {w.process.returncode}')
+    return None
 
   def close(self):
     if self._closed:
@@ -358,7 +373,28 @@ def _install_handlers():
       signal.signal(sig, _on_signal)
 
 
-atexit.register(_shutdown)
+def release_tff_default_context():
+  """Replaces TFF's import-time default context (unless ours is installed) and
+  collects it now.
+
+  That context holds a `ServiceManager` whose `__del__`, when it runs during
+  interpreter teardown, prints "Exception ignored in ... 'NoneType' object has
+  no attribute 'Popen'"; collected while `subprocess` still exists it is quiet.
+  """
+  with _lock:
+    if _active is not None:
+      return
+    context_stack_impl.context_stack.set_default_context(
+        runtime_error_context.RuntimeErrorContext())
+  gc.collect()
+
+
+def _at_exit():
+  _shutdown()
+  release_tff_default_context()
+
+
+atexit.register(_at_exit)
 
 
 def install(max_concurrent_computation_calls: int = -1, backend: str = 'cpp',

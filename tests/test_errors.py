@@ -1,0 +1,242 @@
+"""Errors a person can act on: every binary answers a user-fixable problem with
+one `error:` line and exit status 2, never a traceback or TFF's
+`ServiceManager.__del__` noise; Ctrl-C and SIGTERM say where the run stopped."""
+
+import ast
+import glob
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import default_sigint
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BINARIES = sorted(os.path.basename(p)[:-3] for p in glob.glob(os.path.join(ROOT, 'experiments', '*.py'))
+                  if '__main__' in open(p).read())
+SMALL = ['--task=digits', '--model=logistic', '--clients_per_round=3', '--local_steps=2',
+         '--client_batch_size=16', '--rounds_per_eval=0', '--noprogress']
+
+
+def run(args, timeout=600, **kwargs):
+  return subprocess.run([sys.executable, '-m', *args], cwd=ROOT, capture_output=True,
+                        text=True, timeout=timeout, env=dict(os.environ, PYTHONPATH=ROOT),
+                        **kwargs)
+
+
+def assert_one_error_line(res, *fragments):
+  """Exit 2, exactly one stderr line starting 'error:', no traceback / TFF noise."""
+  assert res.returncode == 2, res.stderr[-3000:]
+  errors = [line for line in res.stderr.splitlines() if line.startswith('error:')]
+  assert len(errors) == 1, res.stderr[-3000:]
+  assert 'Traceback' not in res.stderr and 'ServiceManager' not in res.stderr, res.stderr
+  for fragment in fragments:
+    assert fragment in errors[0], errors[0]
+
+
+def test_the_binaries_are_found():
+  assert {'train', 'reproduce', 'feddyn', 'fedgbo', 'grid', 'nastya'} <= set(BINARIES)
+
+
+@pytest.mark.parametrize('binary', BINARIES)
+def test_an_unparsable_flag_is_one_error_line(binary):
+  res = run([f'experiments.{binary}', '--no_such_flag=1'], timeout=120)
+  assert_one_error_line(res, 'no_such_flag', 'see --help')
+
+
+@pytest.mark.parametrize('binary', BINARIES)
+def test_help_lists_the_binarys_flags_and_no_tff_noise(binary):
+  res = run([f'experiments.{binary}', '--help'], timeout=120)
+  out = res.stdout + res.stderr
+  assert 'ServiceManager' not in out and 'Traceback' not in out
+  own = re.findall(r"^flags\.DEFINE_\w+\(\s*'(\w+)'",
+                   open(os.path.join(ROOT, 'experiments', f'{binary}.py')).read(), re.M)
+  for name in own:
+    assert f'--{name}:' in out or f'--[no]{name}:' in out, name
+  source = open(os.path.join(ROOT, 'experiments', f'{binary}.py')).read()
+  if 'trainer_flags' in source:  # the trainer's flags are the binary's too
+    for name in ('client_learning_rate', 'total_rounds', 'max_rounds_all_dropped'):
+      assert f'--{name}:' in out, name
+  if 'runtime_flags' in source:
+    assert '--backend:' in out
+
+
+def test_train_help_shows_the_trainer_flags_with_their_help():
+  res = run(['experiments.train', '--help'], timeout=120)
+  for text in ('--client_learning_rate: Client learning rate',
+               '--max_rounds_all_dropped: Stop the run after', '--backend:', '--list_tasks'):
+    assert text in res.stdout, text
+
+
+@pytest.mark.parametrize('binary', BINARIES)
+def test_docstring_examples_name_existing_experiments(binary):
+  from experiments import configs
+  doc = ast.get_docstring(ast.parse(open(os.path.join(ROOT, 'experiments', f'{binary}.py')).read()))
+  names = re.findall(r'--experiment=(\w+)', doc or '')
+  known = configs.all_experiments()
+  assert [n for n in names if n not in known] == []
+
+
+def test_help_examples_keep_their_line_continuations():
+  res = run(['experiments.reproduce', '--help'], timeout=120)
+  assert '--scale=full \\\n' in res.stdout
+
+
+def test_a_bad_flag_value_is_answered_before_tensorflow_loads(tmp_path):
+  code = ('import sys; sys.argv = ["train", "--experiment_name=a/b"]\n'
+          'from experiments import common, train\n'
+          'try:\n  common.run(train.main)\n'
+          'finally:\n  print("TF loaded:", "tensorflow" in sys.modules)\n')
+  res = subprocess.run([sys.executable, '-c', code], cwd=ROOT, capture_output=True, text=True,
+                       env=dict(os.environ, PYTHONPATH=ROOT), timeout=120)
+  assert_one_error_line(res, '--experiment_name')
+  assert 'TF loaded: False' in res.stdout
+
+
+@pytest.mark.parametrize('flag,fragment', [
+    ('--task=nope', "unknown task 'nope'"),
+    ('--algorithm=fedavg --local_steps_decay=0.9', 'local_steps_decay needs local_steps'),
+    ('--clients_per_round=31', 'set --clients_per_round=30 or less'),
+])
+def test_bad_trainer_flags_are_one_error_line(tmp_path, flag, fragment):
+  res = run(['experiments.train', f'--root_output_dir={tmp_path}', '--noprogress',
+             *flag.split()])
+  assert_one_error_line(res, fragment)
+
+
+def test_missing_dataset_is_one_error_line_naming_the_file(tmp_path):
+  res = run(['experiments.train', '--task=emnist_character', f'--cache_dir={tmp_path}',
+             f'--root_output_dir={tmp_path}', '--noprogress'])
+  assert_one_error_line(res, 'emnist_all.sqlite', str(tmp_path))
+
+
+def test_malformed_libsvm_file_is_one_error_line_naming_the_line(tmp_path):
+  path = tmp_path / 'bad.libsvm'
+  path.write_text('1 1:0.5 2:0.25\n-1 this is not libsvm\n')
+  res = run(['experiments.train', '--task=logistic', f'--libsvm_path={path}',
+             f'--root_output_dir={tmp_path}', '--noprogress'])
+  assert_one_error_line(res, f'{path}:2')
+
+
+def test_checkpoint_past_total_rounds_is_one_error_line(tmp_path):
+  args = ['experiments.train', *SMALL, f'--root_output_dir={tmp_path}',
+          '--experiment_name=run', '--rounds_per_checkpoint=1']
+  first = run([*args, '--total_rounds=2'])
+  assert first.returncode == 0, first.stderr[-3000:]
+  again = run([*args, '--total_rounds=1'])
+  assert_one_error_line(again, 'total_rounds')
+  resumed = run([*args, '--total_rounds=3'])
+  assert resumed.returncode == 0, resumed.stderr[-3000:]
+  assert 'resuming from round 2' in resumed.stdout
+  assert 'ServiceManager' not in resumed.stderr
+
+
+def test_reproduce_list_and_report_leave_no_tff_noise(tmp_path):
+  for flag in ('--list', '--report'):
+    res = run(['experiments.reproduce', flag, f'--root_output_dir={tmp_path}'])
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert 'ServiceManager' not in res.stderr and 'Traceback' not in res.stderr
+
+
+def test_use_synthetic_data_runs_with_the_default_cohort(tmp_path):
+  res = run(['experiments.train', '--task=emnist_character', '--use_synthetic_data',
+             '--total_rounds=1', '--local_steps=1', f'--root_output_dir={tmp_path}',
+             '--noprogress'])
+  assert res.returncode == 0, res.stderr[-3000:]
+  assert 'using --clients_per_round=' in res.stderr
+  assert 'ServiceManager' not in res.stderr
+
+
+def test_every_client_diverging_warns_reports_nan_and_stops(tmp_path):
+  res = run(['experiments.train', '--task=feddyn_digits', '--algorithm=feddyn',
+             '--client_learning_rate=1e6', '--local_steps=5', '--total_rounds=6',
+             '--max_rounds_all_dropped=3', '--clients_per_round=3', '--noprogress',
+             f'--root_output_dir={tmp_path}', '--experiment_name=div'])
+  assert_one_error_line(res, 'every client diverged in each of the last 3 rounds')
+  warnings = [l for l in res.stderr.splitlines() if l.startswith('warning: round')]
+  assert len(warnings) == 3, res.stderr
+  rows = open(tmp_path / 'div' / 'metrics.csv').read().splitlines()
+  header = rows[0].split(',')
+  assert 'client_work/non_finite_clients' in header and 'client_work/finite_clients' not in header
+  loss = header.index('client_work/train/loss')
+  assert [r.split(',')[loss] for r in rows[1:]] == ['nan'] * 3
+
+
+def _start(tmp_path, *extra):
+  return subprocess.Popen(
+      [sys.executable, '-m', 'experiments.train', *SMALL, '--total_rounds=400',
+       '--rounds_per_checkpoint=1', f'--root_output_dir={tmp_path}', '--experiment_name=run',
+       *extra], cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT), stdout=subprocess.PIPE,
+      stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint)
+
+
+def _wait_for_rows(path, n, proc, timeout=300):
+  deadline = time.monotonic() + timeout
+  while time.monotonic() < deadline:
+    assert proc.poll() is None, proc.stderr.read()[-3000:]
+    if os.path.exists(path) and sum(1 for _ in open(path)) - 1 >= n:
+      return
+    time.sleep(0.2)
+  raise AssertionError('no progress')
+
+
+@pytest.mark.parametrize('sig,status', [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_signal_stops_with_one_line_and_the_rerun_resumes(tmp_path, sig, status):
+  proc = _start(tmp_path)
+  _wait_for_rows(tmp_path / 'run' / 'metrics.csv', 3, proc)
+  proc.send_signal(sig)
+  _, err = proc.communicate(timeout=120)
+  assert proc.returncode == status, err[-3000:]
+  lines = [l for l in err.splitlines() if l.strip() and not l.startswith('20')]
+  assert len(lines) == 1 and re.fullmatch(
+      r'stopped after round \d+; rerun the same command to resume.*', lines[0]), err
+  assert 'Traceback' not in err and 'ServiceManager' not in err
+  if sig == signal.SIGTERM:
+    return
+  resumed = run(['experiments.train', *SMALL, '--total_rounds=5', '--rounds_per_checkpoint=1',
+                 f'--root_output_dir={tmp_path}', '--experiment_name=run'])
+  done = int(re.search(r'stopped after round (\d+)', lines[0]).group(1))
+  if done >= 5:
+    assert resumed.returncode == 2  # checkpoint past --total_rounds=5
+  else:
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert re.search(r'resuming from round \d+', resumed.stdout)
+
+
+def test_a_dead_worker_is_one_error_line(tmp_path):
+  import psutil
+  proc = _start(tmp_path, '--backend=cpp')
+  _wait_for_rows(tmp_path / 'run' / 'metrics.csv', 2, proc)
+  workers = [c for c in psutil.Process(proc.pid).children(recursive=True)
+             if 'worker_binary' in ' '.join(c.cmdline())]
+  assert workers
+  for w in workers:
+    w.kill()
+  _, err = proc.communicate(timeout=180)
+  res = subprocess.CompletedProcess(proc.args, proc.returncode, '', err)
+  assert_one_error_line(res, 'worker_binary', 'rerun the same command')
+
+
+def test_user_fixable_failures_are_user_errors():
+  from experiments import flags as trainer_flags
+  from tasks import TaskError
+  from tff_algos import runtime
+  from tff_algos.errors import UserError
+  for error in (trainer_flags.FlagError, TaskError, runtime.WorkerStopped):
+    assert issubclass(error, UserError), error
+
+
+def test_training_table_says_which_columns_are_per_round_and_which_cumulative():
+  from experiments import report
+  rows = [{'round': r, 'client_work/train/loss': 1.0 / r, 'client_work/client_steps': 5.0,
+           'upload_bytes': 2e6, 'round_time_s': 0.5, 'eval/accuracy': 0.1 * r}
+          for r in (1, 2)]
+  lines = report.training_table(rows).splitlines()
+  assert lines[0].split() == ['round', 'round_train_loss', 'eval_accuracy',
+                              'cum_client_steps', 'cum_upload_MB', 'round_time_s']
+  assert lines[3].split() == ['2', '0.5000', '0.2000', '10', '4.0000', '0.5000']
+  assert lines[-1].startswith('round_*: that round alone') and 'cum_*: rounds 1 to' in lines[-1]

@@ -59,7 +59,7 @@ def proximal_correction(mu: float):
 def build_fedprox(model_fn: Callable[[], tff.learning.models.VariableModel],
                   config: FedProxConfig = FedProxConfig(),
                   name: str = 'fedprox') -> FederatedAlgorithm:
-  work = fedopt.client_work(model_fn, config.fedopt, proximal_correction(float(config.mu)))
+  work = fedopt.client_work(model_fn, config.fedopt, proximal_correction(config.mu))
   algorithm = fedopt.compose(name, model_fn, work, config.fedopt.server_optimizer.build())
   # Paper 004 App. B, eq. (22): 5 operations per parameter and step with the
   # proximal term (plain SGD: 2).

@@ -16,7 +16,9 @@ Two targets per setting (both reported, named in the output):
 * `own_optimum`: each draw's optimal loss (L-BFGS on the same objective, with
   the weight decay) plus the paper's distance above the optimum, estimated as
   the printed target minus the mean optimal loss of `--optimum_draws`
-  independent draws of the generator (the paper's own draw is unknown).
+  independent draws of the generator (the paper's own draw is unknown), at
+  least 1 % of that mean (homogeneous: the printed target IS about our mean
+  optimum, so the estimate is ~0).
 
 Prints both tables beside the paper's and, as its LAST line, one JSON object:
 `table[setting][method]` (paper target) and `table_own_optimum[...]`, each
@@ -29,6 +31,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 
 from absl import app
@@ -47,8 +50,8 @@ PAPER_MODELS = {  # Table 6: FedDyn, SCAFFOLD, FedAvg, FedProx
 SCALES = {
     'full': dict(settings=SETTINGS, seeds=3, rounds=500, epochs=(1, 10, 50),
                  scaffold_steps=(20, 200, 1000), optimum_draws=20),
-    'smoke': dict(settings=('homogeneous', 'type3'), seeds=1, rounds=3, epochs=(1,),
-                  scaffold_steps=(20,), optimum_draws=2),
+    'smoke': dict(settings=('type3',), seeds=1, rounds=2, epochs=(1,),
+                  scaffold_steps=(20,), optimum_draws=1),
 }
 
 flags.DEFINE_enum('scale', 'full', list(SCALES), "'full': the paper's grid, 4 settings, "
@@ -69,7 +72,6 @@ FLAGS = flags.FLAGS
 
 def settings_from_flags() -> dict:
   """The scale's defaults overridden by the flags given; ValueError if bad."""
-  runtime_flags.check()
   out = dict(SCALES[FLAGS.scale])
   for name in ('settings', 'seeds', 'rounds', 'optimum_draws'):
     if getattr(FLAGS, name) is not None:
@@ -89,10 +91,14 @@ def settings_from_flags() -> dict:
     raise ValueError('--epochs and --scaffold_steps must be >= 1')
   if not 0 < FLAGS.participation_prob <= 1:
     raise ValueError('--participation_prob must be in (0, 1]')
+  runtime_flags.check()
   return out
 
 
 PAPER_METHODS = ('feddyn', 'scaffold', 'fedavg', 'fedprox')
+# A target at or below a draw's optimum is reached only in the limit: the
+# own_optimum distance is at least this fraction of the expected optimum.
+MIN_GAP = 0.01
 
 
 def targets(settings: dict, weight_decay: float) -> dict:
@@ -109,10 +115,12 @@ def targets(settings: dict, weight_decay: float) -> dict:
   for setting in settings['settings']:
     expected = float(np.mean([optimum(setting, 10_000 + i)['loss']
                               for i in range(settings['optimum_draws'])]))
-    distance = PAPER_TARGET[setting] - expected
+    estimate = PAPER_TARGET[setting] - expected
+    distance = max(estimate, MIN_GAP * expected)
     seeds = {s: optimum(setting, s) for s in range(settings['seeds'])}
     out[setting] = dict(
         paper=PAPER_TARGET[setting], expected_optimum=expected, distance=distance,
+        distance_estimate=estimate,
         optimum={s: o['loss'] for s, o in seeds.items()},
         optimum_grad_max=max(o['grad_max'] for o in seeds.values()),
         own_optimum={s: o['loss'] + distance for s, o in seeds.items()})
@@ -120,41 +128,46 @@ def targets(settings: dict, weight_decay: float) -> dict:
 
 
 def run_grid(settings: dict, goals: dict, grid) -> tuple[dict, dict]:
-  """search[setting][method][seed] and timing[method][shape]."""
+  """search[setting][method][seed] and timing[method] (wall and CPU seconds)."""
   from experiments import table6_grid as grid_lib  # pylint: disable=g-import-not-at-top
   from tasks import feddyn_data, stacked_logistic  # pylint: disable=g-import-not-at-top
   from tasks.registry import TaskOptions  # pylint: disable=g-import-not-at-top
 
-  searches = {s: {m: {} for m in settings['methods']} for s in settings['settings']}
-  timing = {}
+  built, timing = {}, {}
   for method in settings['methods']:
     lanes = len(grid.lanes(method))
     model_fn = lambda lanes=lanes: stacked_logistic.StackedLogisticModel(
         lanes, grid_lib.DIM, grid_lib.CLASSES)
-    t0 = time.perf_counter()
-    algorithms = {shape: grid_lib.build(method, shape, grid, model_fn)
-                  for shape in grid.shapes(method)}
-    timing[method] = dict(build_s=time.perf_counter() - t0, lanes=lanes,
+    t0, c0 = time.perf_counter(), time.process_time()
+    built[method] = {shape: grid_lib.build(method, shape, grid, model_fn)
+                     for shape in grid.shapes(method)}
+    timing[method] = dict(build_s=time.perf_counter() - t0,
+                          build_cpu_s=time.process_time() - c0, lanes=lanes,
+                          run_s=0.0, run_cpu_s=0.0, rounds_run=0,
                           models_per_round=grid_lib.models_per_round(
-                              next(iter(algorithms.values()))))
-    t0 = time.perf_counter()
-    for setting in settings['settings']:
-      for seed in range(settings['seeds']):
-        options = TaskOptions(batch_size=grid.batch_size, seed=seed,
-                              synthetic_heterogeneity=setting)
-        task = feddyn_data.build_synthetic(options)
-        data = feddyn_data.generate_synthetic_logistic(heterogeneity=setting, seed=seed)
+                              next(iter(built[method].values()))))
+  searches = {s: {m: {} for m in settings['methods']} for s in settings['settings']}
+  for setting in settings['settings']:
+    for seed in range(settings['seeds']):
+      task = feddyn_data.build_synthetic(TaskOptions(
+          batch_size=grid.batch_size, seed=seed, synthetic_heterogeneity=setting))
+      data = feddyn_data.generate_synthetic_logistic(heterogeneity=setting, seed=seed)
+      for method in settings['methods']:
         search = grid_lib.Search(
             targets=dict(paper=goals[setting]['paper'],
                          own_optimum=goals[setting]['own_optimum'][seed]),
             rounds=settings['rounds'])
+        t0, c0 = time.perf_counter(), time.process_time()
         searches[setting][method][seed] = grid_lib.run_method(
-            method, algorithms, task, data, search, grid, seed,
+            method, built[method], task, data, search, grid, seed,
             FLAGS.participation_prob, FLAGS.progress)
-    timing[method]['run_s'] = time.perf_counter() - t0
-    timing[method]['rounds_run'] = sum(
-        searches[s][method][k].rounds_run for s in settings['settings']
-        for k in range(settings['seeds']))
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+        timing[method].update(run_s=timing[method]['run_s'] + wall,
+                              run_cpu_s=timing[method]['run_cpu_s'] + cpu,
+                              rounds_run=timing[method]['rounds_run'] + search.rounds_run)
+        print(f'{method} {setting} seed {seed}: first round at target {search.best_round} '
+              f'({search.best_config}), {search.rounds_run} rounds in {wall:.1f} s wall, '
+              f'{cpu:.1f} s CPU', file=sys.stderr, flush=True)
   return searches, timing
 
 
@@ -224,9 +237,11 @@ def main(argv):
   from experiments import table6_grid as grid_lib  # pylint: disable=g-import-not-at-top
   grid = grid_lib.Grid(epochs=settings['epochs'],
                        scaffold_steps=settings['scaffold_steps'])
-  t0 = time.perf_counter()
+  t0, c0 = time.perf_counter(), time.process_time()
   goals = targets(settings, grid.weight_decay)
-  optimum_s = time.perf_counter() - t0
+  optimum_s, optimum_cpu_s = time.perf_counter() - t0, time.process_time() - c0
+  print(f'optima: {optimum_s:.1f} s wall, {optimum_cpu_s:.1f} s CPU', file=sys.stderr,
+        flush=True)
   with runtime_flags.managed_context():
     searches, timing = run_grid(settings, goals, grid)
   methods = settings['methods']
@@ -250,7 +265,8 @@ def main(argv):
       rounds=settings['rounds'], epochs=list(settings['epochs']),
       scaffold_steps=list(settings['scaffold_steps']),
       participation_prob=FLAGS.participation_prob, dropped_clients=dropped,
-      timing=dict(timing, optimum_s=optimum_s, total_s=time.perf_counter() - t0))
+      timing=dict(timing, optimum_s=optimum_s, optimum_cpu_s=optimum_cpu_s,
+                  total_s=time.perf_counter() - t0, total_cpu_s=time.process_time() - c0))
   out_dir = os.path.join(FLAGS.output_dir, f'{FLAGS.scale}_seeds{settings["seeds"]}'
                          f'_rounds{settings["rounds"]}')
   os.makedirs(out_dir, exist_ok=True)

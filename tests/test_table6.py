@@ -132,9 +132,12 @@ def test_optimal_loss_is_a_stationary_point_of_the_objective():
 # ------------------------------------------------- grid == separate runs
 
 
-def _task(participation_seed=0):
-  task = feddyn_data.build_synthetic(TaskOptions(batch_size=10, seed=participation_seed,
-                                                 synthetic_heterogeneity='type2'))
+def _task():
+  # Homogeneous: well conditioned, so lr = 1 does not amplify float rounding (on
+  # type 2, lr = 1 is past the stability limit and clipped steps are chaotic:
+  # the lanes then agree to ~1e-3 after 120 steps, not 1e-6).
+  task = feddyn_data.build_synthetic(TaskOptions(batch_size=10, seed=0,
+                                                 synthetic_heterogeneity='homogeneous'))
   return dataclasses.replace(task, test_data=None)
 
 
@@ -204,8 +207,8 @@ def _run_binary(tmp_path, *flags):
 
 def test_table6_smoke_prints_both_tables_and_json(tmp_path):
   out = _run_binary(tmp_path, '--scale=smoke')
-  assert set(out['table']) == {'homogeneous', 'type3'}
-  entry = out['table']['homogeneous']['feddyn']
+  assert set(out['table']) == {'type3'} and set(out['table_own_optimum']) == {'type3'}
+  entry = out['table']['type3']['feddyn']
   assert set(entry) >= {'per_seed', 'mean', 'std', 'ci95', 'reached', 'best_config'}
   assert len(entry['per_seed']) == 1
   assert out['dropped_clients'] == 0
@@ -213,14 +216,15 @@ def test_table6_smoke_prints_both_tables_and_json(tmp_path):
   assert out['timing']['fedavg']['models_per_round'] == 1
   goal = out['targets']['type3']
   assert goal['own_optimum']['0'] == pytest.approx(goal['optimum']['0'] + goal['distance'])
-  assert os.path.exists(os.path.join(tmp_path, 'smoke_seeds1_rounds3', 'result.json'))
+  assert os.path.exists(os.path.join(tmp_path, 'smoke_seeds1_rounds2', 'result.json'))
 
 
 def test_table6_bad_flag_is_one_line_and_status_2(tmp_path):
   res = subprocess.run([sys.executable, '-m', 'experiments.table6', '--settings=type9',
                         f'--output_dir={tmp_path}'], cwd=ROOT, capture_output=True, text=True)
   assert res.returncode == 2
-  assert res.stderr.strip().startswith('error:') and 'type9' in res.stderr
+  errors = [l for l in res.stderr.splitlines() if l.startswith('error:')]
+  assert len(errors) == 1 and 'type9' in errors[0]
 
 
 @pytest.mark.slow

@@ -49,7 +49,8 @@ def clip_then_decay(grads, weights, clip_norm: Optional[float], weight_decay):
 
   The order of paper 003's reference code (PyTorch: the objective's gradient is
   clipped, then `SGD(weight_decay=...)` adds the decay term), shared by its
-  FedAvg, FedProx, SCAFFOLD and FedDyn runs.
+  FedAvg, FedProx, SCAFFOLD and FedDyn runs. A `lanes.Lanes` clip_norm clips
+  each lane of a stacked model on its own (`lanes.clip_by_lane_norm`).
   """
   grads = list(grads)
   if lanes.is_lanes(clip_norm):  # a stacked model: each lane clipped on its own

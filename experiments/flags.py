@@ -129,6 +129,10 @@ flags.DEFINE_bool('fedmax_reference_kl', False, "FedMAX: KL(uniform || softmax(.
 # Round loop and outputs.
 flags.DEFINE_integer('total_rounds', 100, 'Number of rounds.')
 flags.DEFINE_integer('clients_per_round', 10, 'Clients sampled per round (M).')
+flags.DEFINE_float('participation_prob', None,
+                   'Each client joins each round with this probability, the draw repeated '
+                   "while nobody joins (paper 003's code); unset: --clients_per_round "
+                   'clients drawn uniformly.')
 flags.DEFINE_integer('rounds_per_eval', 10, 'Evaluate every this many rounds.')
 flags.DEFINE_integer('max_eval_examples', None,
                      'Periodic evaluations use this many test examples (a fixed sample; '
@@ -227,7 +231,8 @@ def run_config(output_dir):
                    output_dir=output_dir, progress=FLAGS.progress,
                    shuffle=FLAGS.shuffle, max_eval_examples=FLAGS.max_eval_examples,
                    restart=FLAGS.restart,
-                   max_rounds_all_dropped=FLAGS.max_rounds_all_dropped)
+                   max_rounds_all_dropped=FLAGS.max_rounds_all_dropped,
+                   participation_prob=FLAGS.participation_prob)
 
 
 def validate(grid: bool = False):

@@ -140,7 +140,7 @@ def build_fedprox(model_fn: Callable[[], tff.learning.models.VariableModel],
                   name: str = 'fedprox') -> FederatedAlgorithm:
   if config.report_device_average:
     return build_device_average(model_fn, config, name)
-  work = fedopt.client_work(model_fn, config.fedopt, proximal_correction(float(config.mu)))
+  work = fedopt.client_work(model_fn, config.fedopt, proximal_correction(config.mu))
   algorithm = fedopt.compose(name, model_fn, work, config.fedopt.server_optimizer.build())
   # Paper 004 App. B, eq. (22): 5 operations per parameter and step with the
   # proximal term (plain SGD: 2).

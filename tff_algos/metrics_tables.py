@@ -1,4 +1,4 @@
-"""Paper 003's metric: models transmitted to reach a target accuracy.
+"""Paper 003's metric: models transmitted to reach a target accuracy or loss.
 
 Acar et al. (2021) compare "the number of models transmitted relative to one
 round of FedAvg" until the test accuracy first reaches a target: FedDyn,
@@ -12,6 +12,10 @@ from the run's metrics.csv (written by `tff_algos.training` from the TFF type
 signature of the client computation) and summary.json. Scalars an algorithm
 broadcasts besides the model (round number, learning rate) are counted too,
 so FedAvg's per-round count is 1.0001 rather than 1 for a small MLP.
+
+Table 6 (the synthetic convex problem) uses the same unit with a target
+TRAINING loss over all devices' data: `models_to_loss_target` takes the loss
+after each round and the models one client receives per round.
 """
 
 from __future__ import annotations
@@ -98,3 +102,21 @@ def run_models_to_target(run_dir: str, target: float, metric: str = ACCURACY,
   rows = read_metrics(os.path.join(run_dir, 'metrics.csv'))
   return models_to_target(rows, target, summary['model_bytes'],
                           summary['clients_per_round'], metric, higher_is_better)
+
+
+def models_to_loss_target(losses: Sequence[float], target: float,
+                          models_per_round: float) -> Optional[float]:
+  """Models sent to one client until the loss after a round first is <= target.
+
+  `losses[t]` is the training loss after round t + 1 (over all devices' data);
+  `models_per_round` the models a participating client receives per round
+  (1 for FedAvg, FedProx and FedDyn, 2 for SCAFFOLD: paper 003's unit, "models
+  transmitted relative to one round of FedAvg"). None if never reached; a
+  non-finite loss never reaches the target.
+  """
+  if models_per_round <= 0:
+    raise ValueError(f'models_per_round must be > 0, got {models_per_round}')
+  for t, loss in enumerate(losses):
+    if math.isfinite(loss) and loss <= target:
+      return (t + 1) * models_per_round
+  return None

@@ -71,6 +71,10 @@ class RunConfig:
   # Stop (with a UserError) after this many consecutive rounds in which every
   # client diverged and was dropped (the model cannot move). 0: never stop.
   max_rounds_all_dropped: int = 10
+  # None: `clients_per_round` clients drawn uniformly each round. A float p:
+  # each client joins independently with probability p, the whole draw
+  # repeated while nobody joins (the participation of paper 003's code).
+  participation_prob: Optional[float] = None
 
   def __post_init__(self):
     if self.total_rounds < 1:
@@ -83,6 +87,8 @@ class RunConfig:
       raise ValueError('rounds_per_eval must be >= 0 and rounds_per_checkpoint >= 1')
     if self.max_eval_examples is not None and self.max_eval_examples < 1:
       raise ValueError('max_eval_examples must be >= 1')
+    if self.participation_prob is not None and not 0 < self.participation_prob <= 1:
+      raise ValueError(f'participation_prob must be in (0, 1], got {self.participation_prob}')
     if self.shuffle not in ('rr', 'so', 'none'):
       raise ValueError(f"shuffle must be 'rr', 'so' or 'none', got {self.shuffle!r}")
     if self.max_rounds_all_dropped < 0:
@@ -119,6 +125,24 @@ def sample_clients(client_ids: list[str], clients_per_round: int, seed: int,
   rng = np.random.default_rng([seed, round_num])
   return [client_ids[i] for i in rng.choice(len(client_ids), clients_per_round,
                                             replace=False)]
+
+
+def sample_participants(client_ids: list[str], prob: float, seed: int,
+                        round_num: int) -> list[str]:
+  """Each client joins with probability `prob`; redrawn while none joins."""
+  rng = np.random.default_rng([seed, round_num, 3])
+  while True:
+    joined = np.flatnonzero(rng.random(len(client_ids)) < prob)
+    if joined.size:
+      return [client_ids[i] for i in joined]
+
+
+def draw_cohort(client_ids: list[str], config: RunConfig, round_num: int) -> list[str]:
+  """The round's cohort under `config`'s participation scheme."""
+  if config.participation_prob is None:
+    return sample_clients(client_ids, config.clients_per_round, config.seed, round_num)
+  return sample_participants(client_ids, config.participation_prob, config.seed,
+                             round_num)
 
 
 def shuffle_seed(mode: str, seed: int, round_num: int, client_id: str) -> Optional[int]:
@@ -381,8 +405,7 @@ def _run_training(algorithm: FederatedAlgorithm, task: Task, config: RunConfig,
     for round_num in rounds:
       runtime.raise_if_interrupted()  # a SIGINT whose KeyboardInterrupt was swallowed
       t0 = time.perf_counter()
-      cohort = sample_clients(client_ids, config.clients_per_round, config.seed,
-                              round_num)
+      cohort = draw_cohort(client_ids, config, round_num)
       data = [task.client_dataset(
           cid, shuffle_seed(config.shuffle, config.seed, round_num, cid),
           reshuffle_each_epoch=config.shuffle == 'rr',
@@ -582,6 +605,8 @@ def _identity(algorithm, task, config, extra) -> dict[str, Any]:
   ident = dict(algorithm=algorithm.name, task=task.name, task_info=task.info,
                clients_per_round=config.clients_per_round, seed=config.seed,
                shuffle=config.shuffle, traffic=dataclasses.asdict(algorithm.traffic))
+  if config.participation_prob is not None:
+    ident['participation_prob'] = config.participation_prob
   ident.update(extra or {})
   return json.loads(json.dumps(ident, sort_keys=True, default=str))
 

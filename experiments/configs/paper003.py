@@ -408,3 +408,44 @@ ALL_EXPERIMENTS: tuple[Experiment, ...] = tuple(_experiment(s) for s in ALL_SETT
 assert len({e.name for e in ALL_EXPERIMENTS}) == len(ALL_EXPERIMENTS), 'names must be unique'
 EXPERIMENTS: tuple[Experiment, ...] = tuple(
     e for s, e in zip(ALL_SETTINGS, ALL_EXPERIMENTS) if s.dataset != 'synthetic')
+
+
+# ---- Table 6 end to end (synthetic convex problem, offline): one binary runs the
+# whole App. A.1 grid for the four methods and four settings over several draws.
+from experiments.configs.base import Binary  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+_TABLE6_SETTINGS = ('homogeneous', 'type1', 'type2', 'type3')
+_TABLE6_MODELS = ((32, 70, 136, 49), (17, 88, 20, 18), (150, 164, 274, 275),
+                  (34, 260, 79, 106))
+TABLE6 = Experiment(
+    name='feddyn_synthetic_table6',
+    paper=PAPER,
+    ref='Table 6 (App. A.1)',
+    description=('Synthetic convex problem of App. A.1 (20 devices, ~200 points, 30 features, '
+                 '5 classes, logistic model, B = 10, weight decay 1e-5, each device joins with '
+                 'probability 0.1): the full grid (lr {1, .1}, E {1, 10, 50}, alpha {.1, .01, '
+                 '.001}, SCAFFOLD K {20, 200, 1000}, mu {.01, 1e-4}) for FedDyn, SCAFFOLD, FedAvg, '
+                 'FedProx in 4 settings x 3 draws; best configuration per method; models '
+                 'transmitted until the training loss reaches the printed target, and a target at '
+                 'the paper\'s distance above each draw\'s own optimum.'),
+    runner=Binary(module='experiments.table6', flags=dict(scale='full'),
+                  smoke_flags=dict(scale='smoke')),
+    published=tuple(
+        Published(f'table.{setting}.{method}.mean', value, 'Table 6',
+                  label=f'{setting}: {method} models to the printed target loss '
+                        '(mean over draws)')
+        for setting, values in zip(_TABLE6_SETTINGS, _TABLE6_MODELS)
+        for method, value in zip(ALGORITHMS, values)),
+    expected_runtime=('~2-3 h on 2 CPU cores (extrapolated, not run whole: measured 88-279 s '
+                      'of CPU per method, setting and draw on the shared machine, 48 such '
+                      'searches, the worst case 300 rounds of every E; the 30 min target is '
+                      'not met)'),
+    notes=('Our draws are not the paper\'s: its printed targets sit at different distances '
+           'from our optima (homogeneous: 0.0603 is about our MEAN optimal loss, so half the '
+           'draws cannot reach it); table_own_optimum in the binary\'s result.json uses each '
+           'draw\'s optimum plus the paper\'s distance. Clipping at norm 10 and the zero '
+           'initial model follow the reference code; FedDyn runs Algorithm 1 (no adaptive '
+           'alpha).'),
+    data='nothing (generated offline)',
+)
+EXPERIMENTS = EXPERIMENTS + (TABLE6,)

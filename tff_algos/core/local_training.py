@@ -32,6 +32,8 @@ from typing import Any, Callable, Optional
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_algos.core import lanes
+
 CorrectionFn = Callable[[Any, Any], Any]
 
 
@@ -47,10 +49,13 @@ def clip_then_decay(grads, weights, clip_norm: Optional[float], weight_decay):
 
   The order of paper 003's reference code (PyTorch: the objective's gradient is
   clipped, then `SGD(weight_decay=...)` adds the decay term), shared by its
-  FedAvg, FedProx, SCAFFOLD and FedDyn runs.
+  FedAvg, FedProx, SCAFFOLD and FedDyn runs. A `lanes.Lanes` clip_norm clips
+  each lane of a stacked model on its own (`lanes.clip_by_lane_norm`).
   """
   grads = list(grads)
-  if clip_norm is not None:
+  if lanes.is_lanes(clip_norm):  # a stacked model: each lane clipped on its own
+    grads = lanes.clip_by_lane_norm(grads, clip_norm)
+  elif clip_norm is not None:
     grads, _ = tf.clip_by_global_norm(grads, clip_norm)
   if not (isinstance(weight_decay, (int, float)) and weight_decay == 0):  # may be a tensor
     grads = [g + weight_decay * w for g, w in zip(grads, weights)]

@@ -1,0 +1,216 @@
+"""The grid of paper 003's Table 6 as stacked-lane runs, and what it measures.
+
+Each (method, local-work shape) is ONE algorithm built by the library's own
+builder, with the learning rate and the method's constant (FedDyn alpha,
+FedProx mu) given as `Lanes`: the grid's configurations of that shape train
+side by side in one stacked logistic model (`tasks.stacked_logistic`). The
+local-work shape is E epochs (FedDyn, FedAvg, FedProx) or K steps (SCAFFOLD),
+a trace-time constant of the client loop.
+
+Search with early stopping: within a method, a configuration's count is its
+first round at the target times a constant, so the best configuration is the
+one that reaches the target first. Shapes run one after another, each at most
+until the round at which an earlier one reached every target, and a run stops
+once every target has been reached.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+from typing import Optional, Sequence
+
+import numpy as np
+from scipy import optimize
+
+from tasks import feddyn_data
+from tasks import stacked_logistic
+from tff_algos import fedopt, fedprox, feddyn, scaffold, training
+from tff_algos.core import optimizers
+from tff_algos.core.lanes import Lanes
+
+DIM, CLASSES = feddyn_data.SYNTHETIC_DIM, feddyn_data.SYNTHETIC_CLASSES
+METHODS = ('feddyn', 'scaffold', 'fedavg', 'fedprox')
+
+
+@dataclasses.dataclass(frozen=True)
+class Grid:
+  """App. A.1's search space."""
+  learning_rates: tuple = (1.0, 0.1)
+  epochs: tuple = (1, 10, 50)
+  alphas: tuple = (0.1, 0.01, 0.001)          # FedDyn
+  scaffold_steps: tuple = (20, 200, 1000)     # SCAFFOLD K (= 20 E at 200 points, B = 10)
+  mus: tuple = (0.01, 1e-4)                   # FedProx
+  weight_decay: float = 1e-5
+  clip_norm: Optional[float] = 10.0           # reference code (max_norm = 10)
+  batch_size: int = 10
+
+  def shapes(self, method: str) -> tuple:
+    return self.scaffold_steps if method == 'scaffold' else self.epochs
+
+  def lanes(self, method: str) -> list[dict]:
+    """The configurations sharing one shape: dicts of lr (+ alpha or mu)."""
+    extra = {'feddyn': ('alpha', self.alphas), 'fedprox': ('mu', self.mus)}.get(method)
+    if extra is None:
+      return [dict(lr=lr) for lr in self.learning_rates]
+    name, values = extra
+    return [dict(lr=lr, **{name: v})
+            for lr, v in itertools.product(self.learning_rates, values)]
+
+
+def build(method: str, shape: int, grid: Grid, model_fn):
+  """The method's library algorithm, every hyperparameter of its lanes a `Lanes`."""
+  lanes = grid.lanes(method)
+  lr = Lanes([c['lr'] for c in lanes])
+  clip = None if grid.clip_norm is None else Lanes([grid.clip_norm] * len(lanes))
+  reg = dict(weight_decay=grid.weight_decay, clip_norm=clip)
+  if method == 'feddyn':
+    return feddyn.build_feddyn(model_fn, feddyn.FedDynConfig(
+        alpha=Lanes([c['alpha'] for c in lanes]), client_learning_rate=lr,
+        epochs=shape, **reg))
+  if method == 'scaffold':
+    return scaffold.build_scaffold(model_fn, scaffold.ScaffoldConfig(
+        client_learning_rate=lr, local_steps=shape, **reg))
+  config = fedopt.FedOptConfig(client_optimizer=optimizers.OptimizerSpec('sgd', lr),
+                               epochs=shape, **reg)
+  if method == 'fedavg':
+    return fedopt.build_fedopt(model_fn, config, name='fedavg')
+  return fedprox.build_fedprox(model_fn, fedprox.FedProxConfig(
+      mu=Lanes([c['mu'] for c in lanes]), fedopt=config))
+
+
+def models_per_round(algorithm) -> int:
+  """Model-sized vectors a client receives per round (1, SCAFFOLD 2): the
+  broadcast's bytes over the model's, hyperparameter scalars not counted."""
+  return int(round(algorithm.traffic.download_bytes / algorithm.traffic.model_bytes))
+
+
+# ------------------------------------------------------------------ the optimum
+
+
+def _objective(params, x, y, weight_decay):
+  """Mean cross-entropy + weight_decay/2 |params|^2 and its gradient (float64)."""
+  kernel = params[:DIM * CLASSES].reshape(DIM, CLASSES)
+  logits = x @ kernel + params[DIM * CLASSES:]
+  top = logits.max(axis=1, keepdims=True)
+  log_z = np.log(np.exp(logits - top).sum(axis=1)) + top[:, 0]
+  ce = float((log_z - logits[np.arange(len(y)), y]).mean())
+  p = np.exp(logits - log_z[:, None])
+  p[np.arange(len(y)), y] -= 1.0
+  p /= len(y)
+  grad = np.concatenate([(x.T @ p).ravel(), p.sum(axis=0)]) + weight_decay * params
+  return ce + 0.5 * weight_decay * float(params @ params), grad, ce
+
+
+def optimal_loss(x: np.ndarray, y: np.ndarray, weight_decay: float) -> dict:
+  """The minimiser of the training objective (L-BFGS to |grad| <= 1e-9): its
+  cross-entropy over all devices' data and its objective value."""
+  x = x.astype(np.float64)
+  result = optimize.minimize(lambda p: _objective(p, x, y, weight_decay)[:2],
+                             np.zeros(DIM * CLASSES + CLASSES), jac=True,
+                             method='L-BFGS-B',
+                             options=dict(maxiter=50_000, gtol=1e-10, ftol=1e-16))
+  objective, grad, ce = _objective(result.x, x, y, weight_decay)
+  return dict(loss=ce, objective=objective, grad_max=float(np.abs(grad).max()))
+
+
+def centralised(data: feddyn_data.SyntheticData):
+  return np.concatenate(data.x), np.concatenate(data.y)
+
+
+# ------------------------------------------------------------------ one search
+
+
+class _Done(Exception):
+  """Every target reached: ends `run_training` early (from the round callback)."""
+
+
+@dataclasses.dataclass
+class Search:
+  """The best configuration of one method on one draw, per target."""
+  targets: dict                     # target name -> loss
+  rounds: int                       # budget
+  best_round: dict = dataclasses.field(default_factory=dict)   # name -> round
+  best_config: dict = dataclasses.field(default_factory=dict)  # name -> config
+  dropped_clients: int = 0          # non-finite clients seen (lanes not independent)
+  rounds_run: int = 0
+
+  def horizon(self) -> int:
+    """Rounds the next shape must run to possibly beat the best so far."""
+    if len(self.best_round) < len(self.targets):
+      return self.rounds
+    return max(self.best_round.values()) - 1
+
+  def record(self, done: int, losses: np.ndarray, configs: Sequence[dict], shape):
+    for name, target in self.targets.items():
+      if name in self.best_round and self.best_round[name] <= done:
+        continue
+      hit = np.flatnonzero(np.isfinite(losses) & (losses <= target))
+      if hit.size:
+        self.best_round[name] = done
+        self.best_config[name] = dict(configs[hit[0]], shape=shape)
+
+
+def run_method(method: str, algorithms: dict, task, data, search: Search, grid: Grid,
+               seed: int, participation: float, progress: bool = False) -> Search:
+  """Searches every shape of `method` on one draw (`algorithms`: shape -> built)."""
+  x, y = centralised(data)
+  configs = grid.lanes(method)
+  num_lanes = len(configs)
+  stacked = stacked_logistic.stacked(task, num_lanes, DIM, CLASSES)
+  for shape in grid.shapes(method):
+    total = search.horizon()
+    if total < 1:
+      break
+    algorithm = algorithms[shape]
+
+    def on_round(done, state, row, algorithm=algorithm, shape=shape):
+      kernel, bias = algorithm.process.get_model_weights(state).trainable
+      losses = stacked_logistic.cross_entropy(np.asarray(kernel), np.asarray(bias), x, y)
+      search.dropped_clients += _dropped(row, algorithm)
+      search.rounds_run += 1
+      search.record(done, losses, configs, shape)
+      if all(search.best_round.get(n, math.inf) <= done for n in search.targets):
+        raise _Done
+
+    try:
+      training.run_training(
+          algorithm, stacked,
+          training.RunConfig(total_rounds=total, clients_per_round=1, seed=seed,
+                             rounds_per_eval=0, progress=progress,
+                             participation_prob=participation),
+          round_callback=on_round,
+          initial_weights=stacked_logistic.zero_weights(num_lanes, DIM, CLASSES))
+    except _Done:
+      pass
+  return search
+
+
+def _dropped(row: dict, algorithm) -> int:
+  """Clients dropped for a non-finite update this round."""
+  if 'client_work/non_finite_clients' in row:
+    return int(row['client_work/non_finite_clients'])
+  cohort = row['download_bytes'] / algorithm.traffic.download_bytes
+  return int(round(cohort - row['client_work/finite_clients']))
+
+
+# ------------------------------------------------------------------ summaries
+
+
+def summarise(values: Sequence[Optional[float]]) -> dict:
+  """Per-seed values (None: never reached) with mean, std and a 95 % t interval
+  over the seeds that reached the target."""
+  reached = [float(v) for v in values if v is not None]
+  out = dict(per_seed=list(values), reached=len(reached), seeds=len(values),
+             mean=None, std=None, ci95=None)
+  if not reached:
+    return out
+  mean = float(np.mean(reached))
+  std = float(np.std(reached, ddof=1)) if len(reached) > 1 else 0.0
+  half = 0.0
+  if len(reached) > 1:
+    from scipy import stats  # pylint: disable=g-import-not-at-top
+    half = float(stats.t.ppf(0.975, len(reached) - 1) * std / math.sqrt(len(reached)))
+  out.update(mean=mean, std=std, ci95=[mean - half, mean + half])
+  return out

@@ -1,0 +1,235 @@
+"""Paper 003 Table 6: lanes, participation, the loss metric, the grid, the binary."""
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from experiments import table6_grid
+from experiments.configs import paper003
+from tasks import feddyn_data
+from tasks import stacked_logistic
+from tasks.registry import TaskOptions
+from tff_algos import feddyn, fedopt, fedprox, metrics_tables, scaffold, training
+from tff_algos.core import lanes as lanes_lib
+from tff_algos.core import optimizers
+from tff_algos.core.lanes import Lanes
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+# ------------------------------------------------------------------ Lanes
+
+
+def test_lanes_shape_and_all_lane_comparisons():
+  lr = Lanes([1.0, 0.1])
+  assert lr.shape == (2, 1, 1) and lr.dtype == np.float32
+  assert lr > 0 and lr >= 0.1 and not lr > 0.5 and not lr < 0.5
+  assert lr.values == [1.0, pytest.approx(0.1)]
+  with pytest.raises(ValueError):
+    Lanes([])
+
+
+def test_clip_by_lane_norm_is_global_norm_clipping_of_each_lane():
+  rng = np.random.default_rng(0)
+  grads = [rng.normal(size=(3, 4, 2)).astype(np.float32) * s for s in (1.0, 10.0)]
+  grads[0][1] *= 0.01  # lane 1 small: not clipped
+  grads[1][1] *= 0.01
+  clipped = lanes_lib.clip_by_lane_norm([tf.constant(g) for g in grads], Lanes([2.0] * 3))
+  for lane in range(3):
+    want, _ = tf.clip_by_global_norm([tf.constant(g[lane]) for g in grads], 2.0)
+    for got, w in zip(clipped, want):
+      np.testing.assert_allclose(got[lane], w, rtol=1e-6, atol=1e-7)
+
+
+def test_stacked_model_lane_gradient_is_the_single_model_gradient():
+  rng = np.random.default_rng(1)
+  x = rng.normal(size=(7, 30)).astype(np.float32)
+  y = rng.integers(0, 5, 7).astype(np.int32)
+  model = stacked_logistic.StackedLogisticModel(2, 30, 5)
+  model.trainable_variables[0].assign(rng.normal(size=(2, 30, 5)).astype(np.float32))
+  with tf.GradientTape() as tape:
+    loss = model.forward_pass(dict(x=x, y=y)).loss
+  grads = tape.gradient(loss, model.trainable_variables)
+  for lane in range(2):
+    kernel = tf.Variable(model.trainable_variables[0][lane])
+    bias = tf.Variable(tf.zeros(5))
+    with tf.GradientTape() as tape:
+      single = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
+          y, x @ kernel + bias))
+    want = tape.gradient(single, [kernel, bias])
+    np.testing.assert_allclose(grads[0][lane], want[0], rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(grads[1][lane, 0], want[1], rtol=1e-5, atol=1e-7)
+
+
+# ------------------------------------------------------------ participation
+
+
+def test_participation_each_client_with_probability_p_redrawn_if_none():
+  ids = [str(i) for i in range(20)]
+  draws = [training.sample_participants(ids, 0.1, 3, t) for t in range(2000)]
+  assert all(draws)  # never empty
+  assert draws[5] == training.sample_participants(ids, 0.1, 3, 5)  # pure in (seed, t)
+  assert draws[5] != training.sample_participants(ids, 0.1, 4, 5) or \
+      draws[6] != training.sample_participants(ids, 0.1, 4, 6)
+  # E|S| given non-empty: 20 * 0.1 / (1 - 0.9^20) = 2.28
+  assert np.mean([len(d) for d in draws]) == pytest.approx(2.28, rel=0.05)
+  counts = np.bincount([int(c) for d in draws for c in d], minlength=20)
+  assert counts.min() > 0.6 * counts.mean()  # every client takes part
+  assert len(training.sample_participants(ids, 1e-6, 0, 0)) >= 1
+
+
+def test_participation_option_defaults_to_the_fixed_cohort():
+  ids = [str(i) for i in range(20)]
+  fixed = training.RunConfig(total_rounds=1, clients_per_round=3, seed=2)
+  assert training.draw_cohort(ids, fixed, 7) == training.sample_clients(ids, 3, 2, 7)
+  bern = dataclasses.replace(fixed, participation_prob=0.3)
+  assert training.draw_cohort(ids, bern, 7) == training.sample_participants(ids, 0.3, 2, 7)
+  with pytest.raises(ValueError, match='participation_prob'):
+    training.RunConfig(total_rounds=1, clients_per_round=1, participation_prob=1.5)
+
+
+# ------------------------------------------------------------------ metric
+
+
+def test_models_to_loss_target_counts_rounds_times_models_per_round():
+  losses = [1.0, 0.5, float('nan'), 0.2, 0.1]
+  assert metrics_tables.models_to_loss_target(losses, 0.2, 1) == 4
+  assert metrics_tables.models_to_loss_target(losses, 0.2, 2) == 8  # SCAFFOLD
+  assert metrics_tables.models_to_loss_target(losses, 1.0, 1) == 1
+  assert metrics_tables.models_to_loss_target(losses, 0.05, 1) is None
+  with pytest.raises(ValueError):
+    metrics_tables.models_to_loss_target(losses, 0.1, 0)
+
+
+def test_search_keeps_the_first_configuration_to_reach_each_target():
+  search = table6_grid.Search(targets=dict(a=0.5, b=0.1), rounds=100)
+  configs = [dict(lr=1.0), dict(lr=0.1)]
+  search.record(3, np.array([0.7, 0.4]), configs, 10)
+  search.record(4, np.array([0.3, 0.05]), configs, 10)
+  assert search.best_round == dict(a=3, b=4)
+  assert search.best_config['a'] == dict(lr=0.1, shape=10)
+  assert search.horizon() == 3  # a later shape must reach both before round 4
+  search.record(2, np.array([0.01, 0.3]), configs, 1)
+  assert search.best_round == dict(a=2, b=2)
+
+
+def test_optimal_loss_is_a_stationary_point_of_the_objective():
+  data = feddyn_data.generate_synthetic_logistic(heterogeneity='type1', seed=0)
+  x, y = table6_grid.centralised(data)
+  opt = table6_grid.optimal_loss(x, y, 1e-5)
+  assert opt['grad_max'] < 1e-7
+  params = np.zeros(155)
+  assert table6_grid._objective(params, x.astype(np.float64), y, 1e-5)[0] > opt['objective']
+
+
+# ------------------------------------------------- grid == separate runs
+
+
+def _task():
+  # Homogeneous: well conditioned, so lr = 1 does not amplify float rounding (on
+  # type 2, lr = 1 is past the stability limit and clipped steps are chaotic:
+  # the lanes then agree to ~1e-3 after 120 steps, not 1e-6).
+  task = feddyn_data.build_synthetic(TaskOptions(batch_size=10, seed=0,
+                                                 synthetic_heterogeneity='homogeneous'))
+  return dataclasses.replace(task, test_data=None)
+
+
+def _zeros():
+  return tff.learning.models.ModelWeights(
+      trainable=[np.zeros((30, 5), np.float32), np.zeros(5, np.float32)], non_trainable=[])
+
+
+def _single(method, config, shape, grid):
+  reg = dict(weight_decay=grid.weight_decay, clip_norm=grid.clip_norm)
+  if method == 'feddyn':
+    return lambda fn: feddyn.build_feddyn(fn, feddyn.FedDynConfig(
+        alpha=config['alpha'], client_learning_rate=config['lr'], epochs=shape, **reg))
+  if method == 'scaffold':
+    return lambda fn: scaffold.build_scaffold(fn, scaffold.ScaffoldConfig(
+        client_learning_rate=config['lr'], local_steps=shape, **reg))
+  return lambda fn: fedprox.build_fedprox(fn, fedprox.FedProxConfig(
+      mu=config['mu'], fedopt=fedopt.FedOptConfig(
+          client_optimizer=optimizers.OptimizerSpec('sgd', config['lr']), epochs=shape,
+          **reg)))
+
+
+@pytest.mark.parametrize('method,grid', [
+    ('feddyn', table6_grid.Grid(learning_rates=(1.0, 0.1), alphas=(0.01,), epochs=(2,))),
+    ('fedprox', table6_grid.Grid(learning_rates=(0.1,), mus=(0.01, 1e-4), epochs=(2,))),
+    ('scaffold', table6_grid.Grid(learning_rates=(1.0, 0.1), scaffold_steps=(30,))),
+])
+def test_grid_lanes_equal_separate_trainer_runs(method, grid):
+  task = _task()
+  configs = grid.lanes(method)
+  shape = grid.shapes(method)[0]
+  run = training.RunConfig(total_rounds=3, clients_per_round=1, seed=0, rounds_per_eval=0,
+                           progress=False, participation_prob=0.3)
+  stacked = stacked_logistic.stacked(task, len(configs), 30, 5)
+  algorithm = table6_grid.build(method, shape, grid, stacked.model_fn)
+  lanes = training.run_training(algorithm, stacked, run, initial_weights=(
+      stacked_logistic.zero_weights(len(configs), 30, 5))).model_weights.trainable
+  for c, config in enumerate(configs):
+    single = training.run_training(_single(method, config, shape, grid)(task.model_fn), task,
+                                   run, initial_weights=_zeros()).model_weights.trainable
+    assert np.abs(np.asarray(single[0])).max() > 1e-2  # it trained
+    np.testing.assert_allclose(lanes[0][c], single[0], atol=1e-6, rtol=0)
+    np.testing.assert_allclose(lanes[1][c, 0], single[1], atol=1e-6, rtol=0)
+
+
+# ------------------------------------------------------------ the binary
+
+
+def test_reproduce_lists_table6_with_the_papers_values():
+  exp = {e.name: e for e in paper003.EXPERIMENTS}['feddyn_synthetic_table6']
+  values = {p.key: p.value for p in exp.published}
+  assert len(values) == 16
+  assert values['table.homogeneous.feddyn.mean'] == 32
+  assert values['table.type3.scaffold.mean'] == 260
+  assert values['table.type2.fedprox.mean'] == 275
+  assert exp.runner.module == 'experiments.table6'
+  assert exp.runner.smoke_flags == dict(scale='smoke')
+
+
+def _run_binary(tmp_path, *flags):
+  res = subprocess.run([sys.executable, '-m', 'experiments.table6',
+                        f'--output_dir={tmp_path}', *flags], cwd=ROOT,
+                       capture_output=True, text=True, timeout=1200)
+  assert res.returncode == 0, res.stderr[-3000:]
+  return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+def test_table6_smoke_prints_both_tables_and_json(tmp_path):
+  out = _run_binary(tmp_path, '--scale=smoke')
+  assert set(out['table']) == {'type3'} and set(out['table_own_optimum']) == {'type3'}
+  entry = out['table']['type3']['feddyn']
+  assert set(entry) >= {'per_seed', 'mean', 'std', 'ci95', 'reached', 'best_config'}
+  assert len(entry['per_seed']) == 1
+  assert out['dropped_clients'] == 0
+  assert out['timing']['scaffold']['models_per_round'] == 2
+  assert out['timing']['fedavg']['models_per_round'] == 1
+  goal = out['targets']['type3']
+  assert goal['own_optimum']['0'] == pytest.approx(goal['optimum']['0'] + goal['distance'])
+  assert os.path.exists(os.path.join(tmp_path, 'smoke_seeds1_rounds2', 'result.json'))
+
+
+def test_table6_bad_flag_is_one_line_and_status_2(tmp_path):
+  res = subprocess.run([sys.executable, '-m', 'experiments.table6', '--settings=type9',
+                        f'--output_dir={tmp_path}'], cwd=ROOT, capture_output=True, text=True)
+  assert res.returncode == 2
+  errors = [l for l in res.stderr.splitlines() if l.startswith('error:')]
+  assert len(errors) == 1 and 'type9' in errors[0]
+
+
+@pytest.mark.slow
+def test_table6_full_scale(tmp_path):
+  out = _run_binary(tmp_path, '--scale=full')
+  assert out['dropped_clients'] == 0
+  for setting in ('homogeneous', 'type1', 'type2', 'type3'):
+    assert out['table'][setting]['feddyn']['seeds'] == 3

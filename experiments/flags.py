@@ -24,8 +24,21 @@ from tff_algos.core import optimizers
 from tff_algos.errors import UserError
 
 # Data.
-flags.DEFINE_string('task', 'digits', 'Task name (see --list_tasks). Default: the '
-                    'embedded scikit-learn digits split over 30 clients.')
+# The registries' names, here so that a misspelt name is answered before
+# TensorFlow loads (the registries import it); tests/test_registry.py keeps
+# them equal to `tasks.list_tasks()` and `tff_algos.registry.ALGORITHMS`.
+TASK_NAMES = (
+    'cifar10', 'cifar100_image', 'cifar100_split', 'cifar10_image', 'cifar10_lenet', 'digits',
+    'emnist_autoencoder', 'emnist_character', 'emnist_letters10', 'feddyn_digits', 'logistic',
+    'mnist', 'quadratic', 'shakespeare_003', 'shakespeare_character', 'stackoverflow_tag',
+    'stackoverflow_word', 'synthetic_logistic')
+ALGORITHM_NAMES = (
+    'fedavg', 'fedsgd', 'local_update', 'reptile', 'fomaml', 'kmaml', 'minibatch_sgd',
+    'local_update_decay', 'nastya', 'fedrr', 'feddyn', 'scaffold', 'fedprox', 'fedmax', 'fedgbo',
+    'mfl', 'mimelite', 'mimexlite')
+
+flags.DEFINE_enum('task', 'digits', TASK_NAMES, 'Task name (see --list_tasks). Default: the '
+                  'embedded scikit-learn digits split over 30 clients.')
 flags.DEFINE_string('model', None, 'Task-specific model id (default: the task default).')
 flags.DEFINE_string('cache_dir', None, 'Where TFF dataset files (*.sqlite) live.')
 flags.DEFINE_bool('use_synthetic_data', False, "Use TFF's tiny synthetic data.")
@@ -56,7 +69,8 @@ flags.DEFINE_enum('synthetic_heterogeneity', 'homogeneous',
                   'synthetic_logistic (paper 003 A.1): which heterogeneity is on.')
 
 # Algorithm.
-flags.DEFINE_string('algorithm', 'fedavg', 'Algorithm name (see --list_algorithms).')
+flags.DEFINE_enum('algorithm', 'fedavg', ALGORITHM_NAMES,
+                  'Algorithm name (see --list_algorithms).')
 flags.DEFINE_enum('client_optimizer', 'sgd', optimizers.NAMES, 'Client optimizer.')
 flags.DEFINE_float('client_learning_rate', 0.1, 'Client learning rate gamma_0.')
 flags.DEFINE_float('client_momentum', None, 'Client momentum (sgdm).')

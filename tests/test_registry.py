@@ -40,3 +40,13 @@ def test_algorithm_specific_flags_are_not_silently_ignored(flag, value, users):
       with pytest.raises(ValueError, match=f'--{flag} is not used by {name}'):
         registry.check(name, hp)
   registry.check_specific_flags('fedavg', HParams())  # defaults are always fine
+
+
+def test_flag_choices_are_the_registries_names():
+  # --task and --algorithm are enums so that a misspelt name is refused before
+  # TensorFlow loads; their choices must be exactly what the registries hold.
+  from experiments import flags as trainer_flags
+  from tasks import list_tasks
+  from tff_algos import registry
+  assert sorted(trainer_flags.TASK_NAMES) == sorted(list_tasks())
+  assert sorted(trainer_flags.ALGORITHM_NAMES) == sorted(registry.ALGORITHMS)

@@ -123,6 +123,7 @@ def test_malformed_libsvm_file_is_one_error_line_naming_the_line(tmp_path):
   assert_one_error_line(res, f'{path}:2')
 
 
+@pytest.mark.slow
 def test_checkpoint_past_total_rounds_is_one_error_line(tmp_path):
   args = ['experiments.train', *SMALL, f'--root_output_dir={tmp_path}',
           '--experiment_name=run', '--rounds_per_checkpoint=1']
@@ -143,6 +144,7 @@ def test_reproduce_list_and_report_leave_no_tff_noise(tmp_path):
     assert 'ServiceManager' not in res.stderr and 'Traceback' not in res.stderr
 
 
+@pytest.mark.slow
 def test_use_synthetic_data_runs_with_the_default_cohort(tmp_path):
   res = run(['experiments.train', '--task=emnist_character', '--use_synthetic_data',
              '--total_rounds=1', '--local_steps=1', f'--root_output_dir={tmp_path}',
@@ -152,6 +154,7 @@ def test_use_synthetic_data_runs_with_the_default_cohort(tmp_path):
   assert 'ServiceManager' not in res.stderr
 
 
+@pytest.mark.slow
 def test_every_client_diverging_warns_reports_nan_and_stops(tmp_path):
   res = run(['experiments.train', '--task=feddyn_digits', '--algorithm=feddyn',
              '--client_learning_rate=1e6', '--local_steps=5', '--total_rounds=6',
@@ -185,7 +188,8 @@ def _wait_for_rows(path, n, proc, timeout=300):
   raise AssertionError('no progress')
 
 
-@pytest.mark.parametrize('sig,status', [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+@pytest.mark.parametrize('sig,status', [
+    (signal.SIGINT, 130), pytest.param(signal.SIGTERM, 143, marks=pytest.mark.slow)])
 def test_a_signal_stops_with_one_line_and_the_rerun_resumes(tmp_path, sig, status):
   proc = _start(tmp_path)
   _wait_for_rows(tmp_path / 'run' / 'metrics.csv', 3, proc)
@@ -208,6 +212,7 @@ def test_a_signal_stops_with_one_line_and_the_rerun_resumes(tmp_path, sig, statu
     assert re.search(r'resuming from round \d+', resumed.stdout)
 
 
+@pytest.mark.slow
 def test_a_dead_worker_is_one_error_line(tmp_path):
   import psutil
   proc = _start(tmp_path, '--backend=cpp')

@@ -414,11 +414,10 @@ KILLS = [('fedavg', 'metrics_row:5'), ('fedavg', 'checkpoint_state:2'),
          ('fedavg', 'checkpoint_manifest:2'), ('feddyn', 'store_scatter_logged:5'),
          ('feddyn', 'store_scatter_rows:5'), ('feddyn', 'store_checkpoint:2'),
          ('feddyn', 'checkpoint_manifest:3')]
-FAST_KILL = ('feddyn', 'store_scatter_rows:5', 'cpp')
 
 
 @pytest.mark.parametrize('algorithm,crash,backend', [
-    pytest.param(a, c, b, marks=() if (a, c, b) == FAST_KILL else pytest.mark.slow)
+    pytest.param(a, c, b, marks=pytest.mark.slow)
     for a, c in KILLS for b in BACKENDS])
 def test_a_run_killed_at_a_crash_point_resumes_bit_identically(
     references, tmp_path, algorithm, crash, backend):

@@ -162,8 +162,10 @@ def _single(method, config, shape, grid):
 
 @pytest.mark.parametrize('method,grid', [
     ('feddyn', table6_grid.Grid(learning_rates=(1.0, 0.1), alphas=(0.01,), epochs=(2,))),
-    ('fedprox', table6_grid.Grid(learning_rates=(0.1,), mus=(0.01, 1e-4), epochs=(2,))),
-    ('scaffold', table6_grid.Grid(learning_rates=(1.0, 0.1), scaffold_steps=(30,))),
+    pytest.param('fedprox', table6_grid.Grid(learning_rates=(0.1,), mus=(0.01, 1e-4),
+                                             epochs=(2,)), marks=pytest.mark.slow),
+    pytest.param('scaffold', table6_grid.Grid(learning_rates=(1.0, 0.1), scaffold_steps=(30,)),
+                 marks=pytest.mark.slow),
 ])
 def test_grid_lanes_equal_separate_trainer_runs(method, grid):
   task = _task()
@@ -205,6 +207,7 @@ def _run_binary(tmp_path, *flags):
   return json.loads(res.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_table6_smoke_prints_both_tables_and_json(tmp_path):
   out = _run_binary(tmp_path, '--scale=smoke')
   assert set(out['table']) == {'type3'} and set(out['table_own_optimum']) == {'type3'}

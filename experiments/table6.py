@@ -34,13 +34,14 @@ import os
 import sys
 import time
 
-from absl import app
 from absl import flags
 import numpy as np
 
 from experiments import common
 from experiments import report
 from experiments import runtime_flags
+
+flags.adopt_module_key_flags(runtime_flags)  # --help lists them
 
 SETTINGS = ('homogeneous', 'type1', 'type2', 'type3')
 PAPER_TARGET = {'homogeneous': 0.0603, 'type1': 1.5717, 'type2': 0.1205, 'type3': 0.0854}
@@ -229,11 +230,11 @@ def claims(table: dict, methods) -> dict:
 
 def main(argv):
   del argv
-  common.quiet_logs()
   try:
     settings = settings_from_flags()
   except ValueError as e:
     return common.fail(e)
+  common.quiet_logs()
   from experiments import table6_grid as grid_lib  # pylint: disable=g-import-not-at-top
   grid = grid_lib.Grid(epochs=settings['epochs'],
                        scaffold_steps=settings['scaffold_steps'])
@@ -280,4 +281,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  app.run(main)
+  common.run(main)

@@ -278,7 +278,19 @@ def build(name: str, *, beta_1=None, beta_2=None, epsilon=None,
               **second)
 
 
-class FixedStatistics(tff.learning.optimizers.Optimizer):
+class _LearningRateOptimizer(tff.learning.optimizers.Optimizer):
+  """A TFF optimiser whose only hyperparameter is its learning rate."""
+
+  def get_hparams(self, state):
+    return collections.OrderedDict(learning_rate=state['learning_rate'])
+
+  def set_hparams(self, state, hparams):
+    state = collections.OrderedDict(state)
+    state['learning_rate'] = tf.cast(hparams['learning_rate'], tf.float32)
+    return state
+
+
+class FixedStatistics(_LearningRateOptimizer):
   """U as a TFF optimiser: state = learning rate + the fixed statistics s_t.
 
   `next` applies y <- y - U(eta, g, s) and returns the state unchanged (the
@@ -304,16 +316,8 @@ class FixedStatistics(tff.learning.optimizers.Optimizer):
     step = self._rule.update(state['learning_rate'], gradients, stats)
     return state, _map(tf.subtract, weights, step)
 
-  def get_hparams(self, state):
-    return collections.OrderedDict(learning_rate=state['learning_rate'])
 
-  def set_hparams(self, state, hparams):
-    state = collections.OrderedDict(state)
-    state['learning_rate'] = tf.cast(hparams['learning_rate'], tf.float32)
-    return state
-
-
-class MovingStatistics(tff.learning.optimizers.Optimizer):
+class MovingStatistics(_LearningRateOptimizer):
   """T then M as a TFF optimiser: the statistics move with every step (MFL).
 
   State: the learning rate and the statistics side by side (count, m and/or
@@ -340,11 +344,3 @@ class MovingStatistics(tff.learning.optimizers.Optimizer):
     new.update((k, tf.nest.pack_sequence_as(state[k], tf.nest.flatten(stats[k])))
                for k in self._rule.statistic_names)
     return new, _map(tf.subtract, weights, step)
-
-  def get_hparams(self, state):
-    return collections.OrderedDict(learning_rate=state['learning_rate'])
-
-  def set_hparams(self, state, hparams):
-    state = collections.OrderedDict(state)
-    state['learning_rate'] = tf.cast(hparams['learning_rate'], tf.float32)
-    return state

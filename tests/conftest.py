@@ -57,3 +57,16 @@ def tff_context():
   yield ctx
   runtime.shutdown()
   assert wait_dead(pids) == [], 'the test session leaked TFF worker processes'
+
+
+@pytest.fixture
+def offline(monkeypatch):
+  """TFF downloads off, and any network connection fails the test."""
+  import socket  # pylint: disable=g-import-not-at-top
+  from tasks import tff_data  # pylint: disable=g-import-not-at-top
+  monkeypatch.delenv(tff_data.ALLOW_DOWNLOAD_ENV, raising=False)
+
+  def no_network(*args, **kwargs):
+    raise AssertionError(f'network access attempted: {args}')
+
+  monkeypatch.setattr(socket, 'create_connection', no_network)

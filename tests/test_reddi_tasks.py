@@ -7,7 +7,6 @@ Offline: data written in TFF's SQLite format or TFDS's mock data; only
 from __future__ import annotations
 
 import collections
-import socket
 
 import numpy as np
 import pytest
@@ -19,14 +18,9 @@ from tasks import registry
 from tasks import tff_data
 
 
-@pytest.fixture(autouse=True)
-def _offline(monkeypatch):
-  monkeypatch.delenv(tff_data.ALLOW_DOWNLOAD_ENV, raising=False)
 
-  def no_network(*args, **kwargs):
-    raise AssertionError(f'network access attempted: {args}')
 
-  monkeypatch.setattr(socket, 'create_connection', no_network)
+pytestmark = pytest.mark.usefixtures('offline')  # no test here reaches the network
 
 
 def _build(name: str, **options) -> base.Task:

@@ -334,10 +334,7 @@ def build_synthetic(options: TaskOptions) -> base.Task:
         heterogeneity=options.synthetic_heterogeneity, seed=options.seed)
   except ValueError as e:
     raise base.TaskError(str(e)) from None
-  offsets = np.cumsum([0] + [len(y) for y in data.y])
-  parts = [np.arange(offsets[i], offsets[i + 1]) for i in range(len(data.y))]
-  train = partition.to_client_data(collections.OrderedDict(
-      x=np.concatenate(data.x), y=np.concatenate(data.y)), parts)
+  train = partition.from_client_arrays(data.x, data.y)
   batch = options.batch_size
   d = SYNTHETIC_DIM
 
@@ -353,7 +350,7 @@ def build_synthetic(options: TaskOptions) -> base.Task:
       model_fn=base.logits_classifier_fn(keras_fn, _flat_spec(d)),
       info=dict(model='logreg', source='generated (paper 003 A.1)',
                 heterogeneity=options.synthetic_heterogeneity, gamma=SYNTHETIC_GAMMA,
-                num_train_clients=len(parts), num_train_examples=int(data.sizes.sum()),
+                num_train_clients=len(data.y), num_train_examples=int(data.sizes.sum()),
                 num_test_examples=len(data.y_test)))
 
 
@@ -410,10 +407,7 @@ def build_shakespeare(options: TaskOptions) -> base.Task:
                                      options.seed, **sizes)
   except ValueError as e:
     raise base.TaskError(str(e)) from None
-  offsets = np.cumsum([0] + [len(y) for y in samples.y])
-  parts = [np.arange(offsets[i], offsets[i + 1]) for i in range(len(samples.y))]
-  train = partition.to_client_data(collections.OrderedDict(
-      x=np.concatenate(samples.x), y=np.concatenate(samples.y)), parts)
+  train = partition.from_client_arrays(samples.x, samples.y)
   batch = options.batch_size
 
   def to_int(e):
@@ -429,6 +423,7 @@ def build_shakespeare(options: TaskOptions) -> base.Task:
       preprocess_fn=lambda ds: ds.batch(batch).map(to_int), test_data=test,
       model_fn=base.logits_classifier_fn(shakespeare_lstm_003, spec),
       info=dict(model='lstm100', source='TFF shakespeare roles, LEAF samples',
-                partition=options.partition, num_train_clients=len(parts),
+                partition=options.partition, num_train_clients=len(samples.y),
                 samples_per_client=len(samples.y[0]), roles=samples.roles,
-                num_train_examples=int(offsets[-1]), num_test_examples=len(samples.y_test)))
+                num_train_examples=sum(len(y) for y in samples.y),
+                num_test_examples=len(samples.y_test)))

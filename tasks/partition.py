@@ -113,6 +113,13 @@ def to_client_data(features: dict[str, np.ndarray], parts: list[np.ndarray],
   return ArrayClientData(features, parts, prefix)
 
 
+def from_client_arrays(xs: list[np.ndarray], ys: list[np.ndarray]) -> ArrayClientData:
+  """In-memory `ClientData` whose client k holds examples (xs[k], ys[k])."""
+  offsets = np.cumsum([0] + [len(y) for y in ys])
+  parts = [np.arange(offsets[i], offsets[i + 1]) for i in range(len(ys))]
+  return to_client_data(dict(x=np.concatenate(xs), y=np.concatenate(ys)), parts)
+
+
 def sorted_label_split(labels: np.ndarray, num_clients: int) -> list[np.ndarray]:
   """Label-sorted contiguous shards (the 'sorted' heterogeneous split):
   examples ordered by label (stably) and cut into N near-equal shards."""

@@ -122,9 +122,10 @@ def test_inprocess_host_datasets_mode_equals_cpp_backend(task, client_data, name
   """The path taken with a GPU, forced on here: computations taking datasets get
   TFF's static function inlining and run call by call, outside traced rounds."""
   from tff_algos.runtime import inprocess
+  from tff_algos.runtime.inprocess import graph_surgery
   inlined = []
-  inline = inprocess._inline_function_calls  # pylint: disable=protected-access
-  monkeypatch.setattr(inprocess, '_inline_function_calls',
+  inline = graph_surgery.inline_function_calls
+  monkeypatch.setattr(graph_surgery, 'inline_function_calls',
                       lambda comp: inlined.append(comp) or inline(comp))
   stateful = name == 'scaffold'
   process = (fedavg(task).process if name == 'fedavg' else
@@ -157,27 +158,27 @@ def test_concurrent_clients_run_unordered_and_equal_cpp_backend(task, client_dat
   waits for a call of another (tf.function's automatic control dependencies
   had chained them all); the model is the C++ worker's."""
   from tff_algos.runtime import inprocess
+  from tff_algos.runtime.inprocess import tf_calls
   functions, traces = [], []
-  init = inprocess._TensorFlowFunction.__init__  # pylint: disable=protected-access
-  monkeypatch.setattr(inprocess._TensorFlowFunction, '__init__',  # pylint: disable=protected-access
-                      lambda self, *a, **k: functions.append(self) or init(self, *a, **k))
-  trace = inprocess._trace_unordered  # pylint: disable=protected-access
-  monkeypatch.setattr(inprocess, '_trace_unordered',
+  trace = tf_calls.trace_unordered
+  monkeypatch.setattr(tf_calls, 'trace_unordered',
                       lambda *a: traces.append(trace(*a)) or traces[-1])
   stateful = name == 'scaffold'
   process = (fedavg(task).process if name == 'fedavg' else
              registry.build(name, task.model_fn, HParams(local_steps=2)).process)
   cpp, cpp_metrics = run_rounds(process, client_data, 2, stateful=stateful)
   ours, metrics = run_rounds(process, client_data, 2,
-                             inprocess.create_context(concurrent_clients=3), stateful=stateful)
+                             inprocess.create_context(concurrent_clients=3,
+                                                      on_new_function=functions.append),
+                             stateful=stateful)
   assert_same(ours, cpp)
   assert_same(metrics, cpp_metrics)
 
-  laned = [f for f in functions if len(f._imports) > 1]  # pylint: disable=protected-access
+  laned = [f for f in functions if len(f.imports) > 1]
   # The client work only (the one computation taking datasets).
-  assert [len(f._imports) for f in laned] == [3]  # pylint: disable=protected-access
-  lane_of = {imp.pruned.name.decode(): j  # the `_strict` function of each lane
-             for j, imp in enumerate(laned[0]._imports)}  # pylint: disable=protected-access
+  assert [len(f.imports) for f in laned] == [3]
+  lane_of = {imp.compute.name.decode(): j  # the traceable function of each lane
+             for j, imp in enumerate(laned[0].imports)}
   graph = traces[-1].graph  # the round (`next`), traced last
   calls = [op for op in graph.get_operations()
            if op.type in ('StatefulPartitionedCall', 'PartitionedCall')
@@ -193,7 +194,7 @@ def test_host_datasets_pins_the_input_pipeline_to_the_cpu_in_function_bodies():
   """The GPU path's pinning reaches iterators made inside tf.cond branches
   (on an H100, TensorFlow placed such an iterator on the GPU and crashed)."""
   from tff_algos.core import local_training
-  from tff_algos.runtime import inprocess
+  from tff_algos.runtime.inprocess import graph_surgery
 
   @tf.function
   def total(dataset, go):
@@ -202,10 +203,10 @@ def test_host_datasets_pins_the_input_pipeline_to_the_cpu_in_function_bodies():
 
   graph_def = total.get_concrete_function(
       tf.data.Dataset.range(3), tf.TensorSpec([], tf.bool)).graph.as_graph_def()
-  inprocess._pin_input_pipeline_to_cpu(graph_def)  # pylint: disable=protected-access
+  graph_surgery.pin_input_pipeline_to_cpu(graph_def)
   bodies = [n for f in graph_def.library.function for n in f.node_def]
   pipeline = [n for n in list(graph_def.node) + bodies
-              if inprocess._is_input_pipeline_op(n.op)]  # pylint: disable=protected-access
+              if graph_surgery.is_input_pipeline_op(n.op)]
   assert {'AnonymousIteratorV3', 'IteratorGetNextAsOptional', 'OptionalGetValue'} <= {
       n.op for n in bodies if n in pipeline}
   assert all(n.device == '/device:CPU:0' for n in pipeline)
@@ -220,7 +221,7 @@ def test_host_datasets_aggregation_fold_passes_datasets_serialized():
   def add_sum(acc, dataset):
     return acc + dataset.reduce(np.int64(0), lambda a, b: a + b)
 
-  fn = inprocess._TensorFlowFunction(  # pylint: disable=protected-access
+  fn = inprocess.TensorFlowFunction(
       computation_impl.ConcreteComputation.get_proto(add_sum), add_sum.type_signature,
       host_datasets=True)
   total = fn.fold(tf.constant(0, tf.int64), [tf.data.Dataset.range(3), tf.data.Dataset.range(5)])
@@ -269,7 +270,7 @@ def test_inprocess_round_is_one_traced_tensorflow_call(task, client_data, monkey
   new cohort size traces once more, and its rounds equal the C++ worker's.
   """
   from tff_algos.runtime import inprocess
-  counts = {'chunk': 0, 'trace': 0}
+  counts = {'interpreted': 0, 'trace': 0}
 
   def counted(name, fn):
     def wrapper(*args, **kwargs):
@@ -277,21 +278,22 @@ def test_inprocess_round_is_one_traced_tensorflow_call(task, client_data, monkey
       return fn(*args, **kwargs)
     return wrapper
 
-  monkeypatch.setattr(inprocess._TensorFlowFunction, '_chunk',  # pylint: disable=protected-access
-                      counted('chunk', inprocess._TensorFlowFunction._chunk))  # pylint: disable=protected-access
-  monkeypatch.setattr(inprocess._Traced, '_trace',  # pylint: disable=protected-access
-                      counted('trace', inprocess._Traced._trace))  # pylint: disable=protected-access
+  for method in ('__call__', 'map', 'fold'):  # every use of a TensorFlow computation
+    monkeypatch.setattr(inprocess.TensorFlowFunction, method,
+                        counted('interpreted', getattr(inprocess.TensorFlowFunction, method)))
+  monkeypatch.setattr(inprocess.WholeCallTracer, 'trace',
+                      counted('trace', inprocess.WholeCallTracer.trace))
   process = fedavg(task).process
   with backend(backend='inprocess') as ctx, \
       context_stack_impl.context_stack.install(ctx.context):
     state = process.next(process.initialize(), client_data).state
     assert counts['trace'] == 2  # initialize, next
-    counts.update(chunk=0, trace=0)
+    counts.update(interpreted=0, trace=0)
     for _ in range(2):
       state = process.next(state, client_data).state
-    assert counts == {'chunk': 0, 'trace': 0}
+    assert counts == {'interpreted': 0, 'trace': 0}
     state = process.next(state, client_data[:3]).state
-    assert counts == {'chunk': 0, 'trace': 1}
+    assert counts['trace'] == 1 and counts['interpreted'] > 0  # interpreted while traced
   cpp_state = process.initialize()
   for data in (client_data,) * 3 + (client_data[:3],):
     cpp_state = process.next(cpp_state, data).state
@@ -349,9 +351,10 @@ def test_inprocess_batched_client_calls_keep_order_and_fresh_variables(mode, mon
   """
   from tff_algos.runtime import inprocess
   if mode == 'chunked':  # no whole-call traces
-    monkeypatch.setattr(inprocess._Traced, '_MAX_TRACES', 0)  # pylint: disable=protected-access
-  if mode == 'eager':  # whole-call tracing fails, as do chunks
-    monkeypatch.setattr(inprocess, '_strict', lambda pruned, signature: None)
+    monkeypatch.setattr(inprocess.WholeCallTracer, 'MAX_TRACES_PER_COMPUTATION', 0)
+  if mode == 'eager':  # whole-call tracing fails, as do batches
+    from tff_algos.runtime.inprocess import tf_calls
+    monkeypatch.setattr(tf_calls, 'noinline_function', lambda pruned, signature: None)
   with backend(backend='inprocess') as ctx, \
       context_stack_impl.context_stack.install(ctx.context):
 
@@ -394,7 +397,7 @@ def test_inprocess_backend_runs_desugared_min_and_refuses_unsupported_intrinsics
       return tff.federated_min(x)  # the native compiler lowers it to an aggregate
 
     assert smallest([3.0, 1.0, 2.0]) == 1.0
-  interpreter = inprocess._Interpreter(2, [], {})  # pylint: disable=protected-access
+  interpreter = inprocess.Interpreter(2, [], {})
   for uri in ('federated_select', 'federated_secure_sum_bitwidth', 'sequence_reduce'):
     with pytest.raises(ValueError, match=f'{uri}.*not supported'):
       interpreter.intrinsic(uri)
@@ -468,20 +471,23 @@ def test_calls_of_calls_leave_the_threads_function_options_as_they_were():
   when the call fails."""
   from tensorflow.core.protobuf import config_pb2
   from tensorflow.python.eager import context as eager_context
-  from tff_algos.runtime import inprocess
+  from tff_algos.runtime.inprocess import tf_calls
   ctx = eager_context.context()
-  before = ctx.function_call_options.config_proto_serialized
+  options = ctx.function_call_options
+  before = options.config_proto_serialized
   add_one = tf.function(lambda x: x + 1.0).get_concrete_function(
       tf.TensorSpec([], tf.float32))
-  assert float(tf.nest.flatten(inprocess._call_calls(add_one, [tf.constant(1.0)]))[0]) == 2.0
+  assert float(tf.nest.flatten(tf_calls.call_without_grappler(
+      add_one, [tf.constant(1.0)]))[0]) == 2.0
   assert ctx.function_call_options.config_proto_serialized == before
   with pytest.raises(Exception):
-    inprocess._call_calls(add_one, [tf.constant('not a float')])
+    tf_calls.call_without_grappler(add_one, [tf.constant('not a float')])
   assert ctx.function_call_options.config_proto_serialized == before
   rewrite = lambda serialized: config_pb2.ConfigProto.FromString(  # noqa: E731
       serialized).graph_options.rewrite_options
   assert not rewrite(before).disable_meta_optimizer
-  assert rewrite(inprocess._CALLS_OPTIONS[before].config_proto_serialized).disable_meta_optimizer
+  assert rewrite(tf_calls.options_without_grappler(options).config_proto_serialized
+                 ).disable_meta_optimizer
 
 
 def test_summary_records_the_lanes_the_inprocess_backend_uses():
@@ -515,9 +521,9 @@ def test_after_merge_results_keep_client_order_whoever_finishes_first():
 
   comp = types.SimpleNamespace(after_merge=None)
   contexts = [Worker(0.2, ['c0', 'c1', 'c2']), Worker(0.0, ['c3', 'c4'])]
-  tff_order = asyncio.run(runtime.context._TFF_AFTER_MERGE(  # pylint: disable=protected-access
+  tff_order = asyncio.run(runtime.context.tff_after_merge_in_finishing_order(
       comp, 'merged', [None, None], contexts))
-  ours = asyncio.run(runtime.context._after_merge_in_client_order(  # pylint: disable=protected-access
+  ours = asyncio.run(runtime.context.after_merge_in_client_order(
       comp, 'merged', [None, None], contexts))
   assert tff_order == [['c3', 'c4'], ['c0', 'c1', 'c2']]  # TFF 0.87: finishing order
   assert ours == [['c0', 'c1', 'c2'], ['c3', 'c4']]
@@ -611,10 +617,10 @@ def test_trainer_backends_write_the_same_metrics(tmp_path):
 def test_unreachable_worker_address_fails_clearly():
   port = portpicker.pick_unused_port()
   with pytest.raises(RuntimeError, match=f'no TFF worker answers at localhost:{port}'):
-    runtime.context._wait_ready(f'localhost:{port}', timeout_s=1.0)  # pylint: disable=protected-access
+    runtime.context.wait_ready(f'localhost:{port}', timeout_s=1.0)
 
 
-def test_seeded_dropout_keeps_one_lane_and_the_one_lane_model(task, client_data, monkeypatch):
+def test_seeded_dropout_keeps_one_lane_and_the_one_lane_model(task, client_data):
   """A seeded stateful random op (Dropout with an op seed) continues one stream
   per import across clients: such client work gets one lane, so
   `concurrent_clients` cannot change the model. Seeded Keras initialisers
@@ -622,9 +628,6 @@ def test_seeded_dropout_keeps_one_lane_and_the_one_lane_model(task, client_data,
   from tasks import base
   from tff_algos.runtime import inprocess
   functions = []
-  init = inprocess._TensorFlowFunction.__init__  # pylint: disable=protected-access
-  monkeypatch.setattr(inprocess._TensorFlowFunction, '__init__',  # pylint: disable=protected-access
-                      lambda self, *a, **k: functions.append(self) or init(self, *a, **k))
 
   def model_fn(dropout):
     def keras():
@@ -643,9 +646,10 @@ def test_seeded_dropout_keeps_one_lane_and_the_one_lane_model(task, client_data,
     for lanes in (1, 3):
       functions.clear()
       results[dropout, lanes] = run_rounds(
-          process, client_data, 2, inprocess.create_context(concurrent_clients=lanes))[0]
+          process, client_data, 2, inprocess.create_context(
+              concurrent_clients=lanes, on_new_function=functions.append))[0]
       training = [f for f in functions if f.takes_datasets]
       assert [f.seeded_random for f in training] == [dropout]
-      assert len(training[0]._imports) == (1 if dropout or lanes == 1 else 3)  # pylint: disable=protected-access
+      assert len(training[0].imports) == (1 if dropout or lanes == 1 else 3)
   assert_same(results[True, 3], results[True, 1], atol=0)
   assert_same(results[False, 3], results[False, 1])

@@ -99,7 +99,7 @@ def test_in_process_shutdown_stops_the_worker_and_install_starts_a_new_one():
 SWALLOWED = PRELUDE + textwrap.dedent('''
     print('WORKERS', *ctx.pids, flush=True)
     try:  # the handler, with its KeyboardInterrupt swallowed (as in a weakref callback)
-      context._on_signal(signal.SIGINT, None)
+      context.on_signal(signal.SIGINT, None)
     except KeyboardInterrupt:
       pass
     t = time.monotonic()
@@ -116,7 +116,7 @@ SWALLOWED = PRELUDE + textwrap.dedent('''
 
 
 def test_a_call_after_a_swallowed_sigint_fails_at_once_instead_of_hanging():
-  # Before: TFF retried the call against the stopped worker for ever.
+  # TFF alone retries a call against a stopped worker for ever.
   env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL='3')
   proc = subprocess.run([sys.executable, '-c', SWALLOWED], cwd=ROOT, env=env,
                         capture_output=True, text=True, timeout=120)

@@ -35,7 +35,7 @@ Backends (`install(backend=..., workers=...)`, flags --backend / --workers):
   workers finish; we keep them in client order);
 * 'inprocess': no worker; computations run in this process's TensorFlow, on its
   GPUs when it sees any, `concurrent_clients` clients at a time per device
-  (`tff_algos/runtime/inprocess.py`).
+  (`tff_algos/runtime/inprocess/`).
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Callable, Optional, Sequence, Union
+from typing import Callable, Optional
 
 import grpc
 import portpicker
@@ -69,6 +69,7 @@ from tensorflow_federated.python.core.impl.executors import remote_executor
 from tensorflow_federated.python.core.impl.executors import remote_executor_grpc_stub
 
 from tff_algos.errors import UserError
+from tff_algos.runtime.backend_options import Workers, check_backend, parse_workers
 
 WORKER_BINARY = os.path.join(os.path.dirname(tff.__file__), 'data', 'worker_binary')
 
@@ -169,52 +170,7 @@ def _stack_factory(address: str, stopped: Callable[[], Optional[str]]):
       executor_stack_fn=stack_fn)
 
 
-BACKENDS = ('cpp', 'inprocess')
-Workers = Union[None, int, str, Sequence[str]]
-
-
-def parse_workers(workers: Workers) -> Union[None, int, list[str]]:
-  """None | N (local workers to start) | ['host:port', ...]; ValueError if bad."""
-  if workers is None or workers == '' or workers == []:
-    return None
-  if isinstance(workers, int) or (isinstance(workers, str) and workers.strip().isdigit()):
-    n = int(workers)
-    if n < 1:
-      raise ValueError(f'--workers: need at least one worker, got {workers!r}')
-    return n
-  addresses = workers.split(',') if isinstance(workers, str) else list(workers)
-  addresses = [a.strip() for a in addresses]
-  for a in addresses:
-    host, _, port = a.rpartition(':')
-    if not host or not port.isdigit():
-      raise ValueError(f'--workers: expected a worker count or host:port,... ; got {a!r}')
-  return addresses
-
-
-def check_backend(backend: str, workers: Workers = None,
-                  concurrent_clients: Optional[int] = None):
-  """Validates a backend/workers combination (before any worker starts)."""
-  if backend not in BACKENDS:
-    raise ValueError(f'--backend must be one of {BACKENDS}, got {backend!r}')
-  if backend == 'inprocess' and parse_workers(workers) is not None:
-    raise ValueError('--workers runs TFF worker_binary processes: use it with '
-                     '--backend=cpp, not --backend=inprocess')
-  if concurrent_clients is not None:
-    if backend != 'inprocess':
-      raise ValueError('--concurrent_clients is for --backend=inprocess (a worker_binary '
-                       'runs its clients concurrently by itself)')
-    check_concurrent_clients(concurrent_clients)
-
-
-def check_concurrent_clients(concurrent_clients) -> None:
-  """ValueError unless a positive integer (a bool is not one)."""
-  if (isinstance(concurrent_clients, bool) or not isinstance(concurrent_clients, int)
-      or concurrent_clients < 1):
-    raise ValueError(f'--concurrent_clients must be a positive integer, got '
-                     f'{concurrent_clients!r}')
-
-
-def _wait_ready(address: str, timeout_s: float = 30.0):
+def wait_ready(address: str, timeout_s: float = 30.0):
   """Fails clearly when a worker given by address does not answer."""
   channel = grpc.insecure_channel(address, _GRPC_OPTIONS)
   try:
@@ -226,7 +182,7 @@ def _wait_ready(address: str, timeout_s: float = 30.0):
     channel.close()
 
 
-async def _after_merge_in_client_order(comp, merge_result, arg_list, execution_contexts):
+async def after_merge_in_client_order(comp, merge_result, arg_list, execution_contexts):
   """`after_merge` on every subround, results in subround (= client) order.
 
   Replaces TFF 0.87's `_invoke_after_merge_in_async_pool`, which concatenates
@@ -246,13 +202,14 @@ async def _after_merge_in_client_order(comp, merge_result, arg_list, execution_c
   return results
 
 
-_TFF_AFTER_MERGE = mergeable_comp_execution_context._invoke_after_merge_in_async_pool  # pylint: disable=protected-access
+# TFF's own `after_merge` step, which `_fix_mergeable_client_order` replaces.
+tff_after_merge_in_finishing_order = mergeable_comp_execution_context._invoke_after_merge_in_async_pool  # pylint: disable=protected-access
 
 
 def _fix_mergeable_client_order():
   module = mergeable_comp_execution_context
-  if module._invoke_after_merge_in_async_pool is not _after_merge_in_client_order:  # pylint: disable=protected-access
-    module._invoke_after_merge_in_async_pool = _after_merge_in_client_order  # pylint: disable=protected-access
+  if module._invoke_after_merge_in_async_pool is not after_merge_in_client_order:  # pylint: disable=protected-access
+    module._invoke_after_merge_in_async_pool = after_merge_in_client_order  # pylint: disable=protected-access
 
 
 def _native_context(address: str, stopped: Callable[[], Optional[str]], sync: bool = True):
@@ -289,7 +246,7 @@ class ManagedContext:
       else:
         self.addresses = list(workers)
         for a in self.addresses:
-          _wait_ready(a)
+          wait_ready(a)
     except BaseException:
       self.close()
       raise
@@ -346,7 +303,9 @@ def _shutdown():
     ctx.close()
 
 
-def _on_signal(signum, frame):
+def on_signal(signum, frame):
+  """The SIGINT/SIGTERM handler `install()` sets: stops the workers, then
+  calls the previous handler (or does the default)."""
   global _interrupted
   _interrupted = signum
   _shutdown()
@@ -367,10 +326,10 @@ def _install_handlers():
     current = signal.getsignal(sig)
     if current is signal.SIG_IGN:  # e.g. SIGINT of a background job: keep ignoring
       continue
-    if current is not _on_signal:
+    if current is not on_signal:
       _previous_handlers[sig] = current if current not in (
           signal.SIG_DFL, signal.SIG_IGN, signal.default_int_handler) else None
-      signal.signal(sig, _on_signal)
+      signal.signal(sig, on_signal)
 
 
 def release_tff_default_context():

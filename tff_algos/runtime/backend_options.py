@@ -1,0 +1,53 @@
+"""Which backend runs the computations, and checks of its options.
+
+Imported by the execution contexts (`context`) and by the in-process backend
+(`inprocess`) alike; it imports neither.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence, Union
+
+BACKENDS = ('cpp', 'inprocess')
+Workers = Union[None, int, str, Sequence[str]]
+
+
+def parse_workers(workers: Workers) -> Union[None, int, list[str]]:
+  """None | N (local workers to start) | ['host:port', ...]; ValueError if bad."""
+  if workers is None or workers == '' or workers == []:
+    return None
+  if isinstance(workers, int) or (isinstance(workers, str) and workers.strip().isdigit()):
+    n = int(workers)
+    if n < 1:
+      raise ValueError(f'--workers: need at least one worker, got {workers!r}')
+    return n
+  addresses = workers.split(',') if isinstance(workers, str) else list(workers)
+  addresses = [a.strip() for a in addresses]
+  for a in addresses:
+    host, _, port = a.rpartition(':')
+    if not host or not port.isdigit():
+      raise ValueError(f'--workers: expected a worker count or host:port,... ; got {a!r}')
+  return addresses
+
+
+def check_backend(backend: str, workers: Workers = None,
+                  concurrent_clients: Optional[int] = None):
+  """Validates a backend/workers combination (before any worker starts)."""
+  if backend not in BACKENDS:
+    raise ValueError(f'--backend must be one of {BACKENDS}, got {backend!r}')
+  if backend == 'inprocess' and parse_workers(workers) is not None:
+    raise ValueError('--workers runs TFF worker_binary processes: use it with '
+                     '--backend=cpp, not --backend=inprocess')
+  if concurrent_clients is not None:
+    if backend != 'inprocess':
+      raise ValueError('--concurrent_clients is for --backend=inprocess (a worker_binary '
+                       'runs its clients concurrently by itself)')
+    check_concurrent_clients(concurrent_clients)
+
+
+def check_concurrent_clients(concurrent_clients) -> None:
+  """ValueError unless a positive integer (a bool is not one)."""
+  if (isinstance(concurrent_clients, bool) or not isinstance(concurrent_clients, int)
+      or concurrent_clients < 1):
+    raise ValueError(f'--concurrent_clients must be a positive integer, got '
+                     f'{concurrent_clients!r}')

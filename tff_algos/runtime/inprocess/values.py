@@ -1,0 +1,79 @@
+"""How the interpreter represents TFF values, and conversions to and from Python.
+
+Federated values at CLIENTS are Python lists (one entry per client, in order)
+unless all equal, at SERVER single values; structures are `structure.Struct`s,
+tensors `tf.Tensor`s, datasets `tf.data.Dataset`s.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import tensorflow as tf
+from tensorflow_federated.python.common_libs import structure
+from tensorflow_federated.python.core.impl.types import computation_types
+from tensorflow_federated.python.core.impl.types import placements
+
+
+class Federated:
+  """A federated value: `value` is a list per client unless `all_equal`."""
+  __slots__ = ('placement', 'all_equal', 'value')
+
+  def __init__(self, placement, value, all_equal):
+    self.placement, self.value, self.all_equal = placement, value, all_equal
+
+  def members(self, num_clients: int) -> list:
+    return [self.value] * num_clients if self.all_equal else self.value
+
+
+def federated_parts(x):
+  """The `Federated` values in `x` (one, or the leaves of a structure)."""
+  if isinstance(x, Federated):
+    yield x
+  elif isinstance(x, structure.Struct):
+    for e in structure.iter_elements(x):
+      yield from federated_parts(e[1])
+
+
+def _struct_elements(value, type_spec: computation_types.StructType) -> list:
+  """The elements of a Python container `value`, in the order of `type_spec`."""
+  if isinstance(value, structure.Struct):
+    return [v for _, v in structure.iter_elements(value)]
+  container = structure.from_container(value)
+  if isinstance(value, dict):
+    by_name = dict(structure.iter_elements(container))
+    return [by_name[name] for name, _ in structure.iter_elements(type_spec)]
+  return [v for _, v in structure.iter_elements(container)]
+
+
+def ingest(value, type_spec):
+  """A Python value of `type_spec` -> the interpreter's representation."""
+  if isinstance(type_spec, computation_types.FederatedType):
+    if type_spec.placement is placements.CLIENTS and not type_spec.all_equal:
+      return Federated(placements.CLIENTS, [ingest(v, type_spec.member) for v in value], False)
+    return Federated(type_spec.placement, ingest(value, type_spec.member), True)
+  if isinstance(type_spec, computation_types.StructType):
+    return structure.Struct([(name, ingest(v, t)) for (name, t), v in zip(
+        structure.iter_elements(type_spec), _struct_elements(value, type_spec))])
+  if isinstance(type_spec, computation_types.SequenceType):
+    if not isinstance(value, tf.data.Dataset):
+      raise TypeError(f'In-process backend: expected a tf.data.Dataset for {type_spec}, '
+                      f'got {type(value).__name__}.')
+    return value
+  if isinstance(type_spec, computation_types.TensorType):
+    return value if isinstance(value, tf.Tensor) else tf.constant(
+        np.asarray(value, dtype=type_spec.dtype))
+  raise TypeError(f'In-process backend: cannot ingest a value of type {type_spec}.')
+
+
+def materialise(value):
+  """The interpreter's representation -> what a RemoteExecutor's compute() gives."""
+  if isinstance(value, Federated):
+    if value.all_equal:
+      return materialise(value.value)
+    return [materialise(v) for v in value.value]
+  if isinstance(value, structure.Struct):
+    return structure.Struct([(name, materialise(v))
+                             for name, v in structure.iter_elements(value)])
+  if isinstance(value, tf.Tensor):
+    return value.numpy()
+  return value

@@ -127,3 +127,48 @@ def test_a_call_after_a_swallowed_sigint_fails_at_once_instead_of_hanging():
   stopped = [l for l in lines if l.startswith('STOPPED AFTER')]
   assert stopped and float(stopped[0].split()[-1]) < 5.0, proc.stdout
   assert 'INTERRUPTED' in lines
+
+
+def _runtime_imports() -> dict:
+  """Runtime module -> the runtime modules it imports (also inside functions)."""
+  import ast
+  root = os.path.join(ROOT, 'tff_algos', 'runtime')
+  modules = {}
+  for directory, _, files in os.walk(root):
+    for f in files:
+      if f.endswith('.py'):
+        path = os.path.join(directory, f)
+        name = os.path.relpath(path[:-3], ROOT).replace(os.sep, '.')
+        modules[name[:-len('.__init__')] if name.endswith('.__init__') else name] = path
+  imports = {}
+  for name, path in modules.items():
+    found = set()
+    with open(path) as f:
+      tree = ast.parse(f.read())
+    for node in ast.walk(tree):
+      if isinstance(node, ast.Import):
+        found.update(a.name for a in node.names)
+      elif isinstance(node, ast.ImportFrom) and node.module:
+        submodules = [f'{node.module}.{a.name}' for a in node.names
+                      if f'{node.module}.{a.name}' in modules]
+        found.update(submodules or [node.module])
+    imports[name] = {m for m in found if m in modules and m != name}
+  return imports
+
+
+def test_runtime_modules_import_no_circle():
+  imports = _runtime_imports()
+  assert 'tff_algos.runtime.backend_options' in imports['tff_algos.runtime.context']
+  assert len(imports) >= 10  # the in-process package's modules are seen
+
+  def reachable(start):
+    seen, todo = set(), list(imports[start])
+    while todo:
+      m = todo.pop()
+      if m not in seen:
+        seen.add(m)
+        todo.extend(imports[m])
+    return seen
+
+  circles = sorted(m for m in imports if m in reachable(m))
+  assert circles == []

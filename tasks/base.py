@@ -24,14 +24,9 @@ from typing import Any, Callable, Optional
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_algos.errors import UserError
+from tasks.options import TaskError  # pylint: disable=unused-import
 
 PreprocessFn = Callable[[tf.data.Dataset], tf.data.Dataset]
-
-
-class TaskError(UserError, ValueError):
-  """Bad task request (unknown name, missing data file, bad option); the
-  binaries print it as one `error:` line."""
 
 
 @dataclasses.dataclass(frozen=True)

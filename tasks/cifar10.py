@@ -19,10 +19,9 @@ import tensorflow as tf
 
 from tasks import base
 from tasks import partition
-from tasks.registry import TaskOptions, register
+from tasks.options import TaskOptions
 
 NAME = 'cifar10_lenet'
-MODELS = ('lenet5',)
 DEFAULT_CLIENTS = 10
 CHANNEL_MEAN = (0.4914, 0.4822, 0.4465)
 CHANNEL_STD = (0.2470, 0.2435, 0.2616)
@@ -84,9 +83,6 @@ def _standardise(images: tf.Tensor) -> tf.Tensor:
   return (x - tf.constant(CHANNEL_MEAN)) / tf.constant(CHANNEL_STD)
 
 
-@register(NAME, models=MODELS,
-          description='LeNet-5 on CIFAR-10 from a prepared tensorflow-datasets '
-                      'cifar10 (paper 001; use --client_batch_size=1024)')
 def build(options: TaskOptions) -> base.Task:
   x_tr, y_tr, x_te, y_te = load_cifar10(options.cache_dir)
   num_clients = options.num_clients or DEFAULT_CLIENTS

@@ -27,7 +27,6 @@ from tasks import registry
 from tasks import tff_data
 
 NAME = 'cifar100_image'
-MODELS = ('resnet18', 'cnn004')
 DEFAULT_MODEL = 'resnet18'
 NUM_CLASSES = 100
 CROP = {
@@ -38,11 +37,6 @@ CROP = {
 EVAL_BATCH_SIZE = 64  # TFF's default evaluation batch size for this task
 
 
-@registry.register(
-    NAME, MODELS,
-    'Federated CIFAR-100 (500 clients, Pachinko allocation; TFF '
-    "cifar100.sqlite): TFF's GroupNorm ResNet-18 (24x24) or paper 004's CNN "
-    '(28x28)')
 def build(options: registry.TaskOptions) -> base.Task:
   model = options.model or DEFAULT_MODEL
   raw = tff_data.load('cifar100', options.cache_dir, options.use_synthetic_data)

@@ -31,7 +31,6 @@ from tasks import partition
 from tasks import registry
 
 NAME = 'cifar10_image'
-MODELS = ('resnet18',)
 NUM_CLASSES = 10
 NUM_CLIENTS = 500
 EXAMPLES_PER_CLIENT = 100
@@ -57,11 +56,6 @@ def _eval_map(example):
   return tf.image.per_image_standardization(image), example['label']
 
 
-@registry.register(
-    NAME, MODELS,
-    'CIFAR-10 over 500 clients of 100 images by LDA label skew (Reddi et al.; '
-    "prepared tensorflow-datasets cifar10 in --cache_dir): TFF's GroupNorm ResNet-18, "
-    '24x24 random crops and flips')
 def build(options: registry.TaskOptions) -> base.Task:
   x_tr, y_tr, x_te, y_te = feddyn_data.load_tfds_arrays('cifar10', options.cache_dir)
   num_clients = options.num_clients or NUM_CLIENTS

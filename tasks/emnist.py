@@ -17,15 +17,10 @@ from tasks import registry
 from tasks import tff_data
 
 NAME = 'emnist_character'
-MODELS = models.EMNIST_TFF_MODELS + ('femnist_cnn',)
 DEFAULT_MODEL = 'femnist_cnn'
 NUM_CLASSES = 62
 
 
-@registry.register(
-    NAME, MODELS,
-    'Federated EMNIST-62 (FEMNIST, 3,400 writers; TFF emnist_all.sqlite): '
-    "TFF's cnn_dropout/cnn/2nn or the papers' femnist_cnn")
 def build(options: registry.TaskOptions) -> base.Task:
   model = options.model or DEFAULT_MODEL
   raw = tff_data.load('emnist', options.cache_dir, options.use_synthetic_data)

@@ -25,7 +25,6 @@ from tasks import registry
 from tasks import tff_data
 
 NAME = 'emnist_autoencoder'
-MODELS = ('tff_ae',)
 EVAL_BATCH_SIZE = 64  # TFF's default for this baseline
 
 
@@ -36,10 +35,6 @@ def autoencoder_model_fn(element_spec):
       lambda: [tf.keras.metrics.MeanSquaredError(), tf.keras.metrics.MeanAbsoluteError()])
 
 
-@registry.register(
-    NAME, MODELS,
-    'Federated EMNIST-62 autoencoder (3,400 writers; TFF emnist_all.sqlite): TFF\'s '
-    'bottleneck autoencoder, MSE (Reddi et al.)')
 def build(options: registry.TaskOptions) -> base.Task:
   raw = tff_data.load('emnist', options.cache_dir, options.use_synthetic_data)
   train = tff_data.select_clients(raw.train, options.num_clients, options.seed)

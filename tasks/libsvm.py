@@ -36,9 +36,8 @@ import tensorflow_federated as tff
 
 from tasks import base
 from tasks import partition
-from tasks.registry import TaskOptions, register
+from tasks.options import TaskOptions
 
-MODELS = ('logreg',)
 DEFAULT_CLIENTS = 10
 EVAL_BATCH = 1000
 
@@ -275,9 +274,6 @@ class LogisticRegression(tff.learning.models.VariableModel):
 # ------------------------------------------------------------------- the task
 
 
-@register('logistic', models=MODELS,
-          description='l2-regularised logistic regression on a LIBSVM file '
-                      '(--libsvm_path) or, offline, sklearn breast cancer (paper 001)')
 def build(options: TaskOptions) -> base.Task:
   if options.libsvm_path:
     features, raw = parse_libsvm(options.libsvm_path)

@@ -21,6 +21,8 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tasks import catalog
+
 
 def iid_split(num_examples: int, num_clients: int, seed: int) -> list[np.ndarray]:
   if num_clients > num_examples:
@@ -130,7 +132,7 @@ def sorted_label_split(labels: np.ndarray, num_clients: int) -> list[np.ndarray]
   return [np.sort(part) for part in np.array_split(order, num_clients)]
 
 
-SCHEMES = ('iid', 'sorted', 'dirichlet')
+SCHEMES = catalog.SPLITS
 
 
 def split(labels: np.ndarray, num_clients: int, scheme: str, seed: int,
@@ -232,7 +234,7 @@ def dirichlet_prior_split(labels: np.ndarray, sizes: np.ndarray, alpha: float,
   return [np.sort(np.asarray(s, np.int64)) for s in shards]
 
 
-FEDDYN_SCHEMES = ('iid', 'dirichlet')
+FEDDYN_SCHEMES = catalog.FEDDYN_SPLITS
 
 
 def feddyn_split(labels: np.ndarray, num_clients: int, scheme: str, seed: int,

@@ -19,7 +19,6 @@ from tasks import registry
 from tasks import tff_data
 
 NAME = 'shakespeare_character'
-MODELS = ('lstm', 'gru', 'gru128')
 DEFAULT_MODEL = 'lstm'
 SEQUENCE_LENGTH = tff.simulation.baselines.shakespeare.DEFAULT_SEQUENCE_LENGTH
 VOCAB_SIZE = tff.simulation.baselines.shakespeare.VOCAB_LENGTH
@@ -33,10 +32,6 @@ def _metrics() -> list[tf.keras.metrics.Metric]:
           metrics.MaskedCategoricalAccuracy(masked_tokens=[pad])]
 
 
-@registry.register(
-    NAME, MODELS,
-    'Shakespeare next-character prediction (715 roles; TFF shakespeare.sqlite):'
-    " TFF's LSTM or the papers' GRUs (256 / 128 units)")
 def build(options: registry.TaskOptions) -> base.Task:
   model = options.model or DEFAULT_MODEL
   raw = tff_data.load('shakespeare', options.cache_dir,

@@ -95,6 +95,29 @@ def logits_classifier_fn(keras_fn: Callable[[], tf.keras.Model], element_spec: A
       metrics_fn or (lambda: [tf.keras.metrics.SparseCategoricalAccuracy()]))
 
 
+class PlainModel(tff.learning.models.VariableModel):
+  """The accessors of a hand-written `VariableModel` with no non-trainable
+  variables: a subclass sets `_weights` (its trainable variables, in order),
+  `_input_spec` and, unless `MeanLossMetric` (listed first) supplies them,
+  `_metric_variables`."""
+
+  @property
+  def trainable_variables(self):
+    return list(self._weights)
+
+  @property
+  def non_trainable_variables(self):
+    return []
+
+  @property
+  def local_variables(self):
+    return list(self._metric_variables)
+
+  @property
+  def input_spec(self):
+    return self._input_spec
+
+
 class MeanLossMetric:
   """Mixin for hand-written `VariableModel`s whose only metric is mean loss.
 

@@ -12,13 +12,13 @@ import dataclasses
 import importlib
 from typing import Callable, Optional
 
-from tasks.leaf_shakespeare import SPLITS as SHAKESPEARE_003_SPLITS
 from tasks.options import TaskError, TaskOptions
 
 # `partition.split`'s schemes (cifar10_lenet, logistic) and paper 003's.
 SPLITS = ('iid', 'sorted', 'dirichlet')
 FEDDYN_SPLITS = ('iid', 'dirichlet')
 PAPER003_SPLITS = FEDDYN_SPLITS + ('stratified',)
+SHAKESPEARE_003_SPLITS = ('natural', 'iid')
 SYNTHETIC_HETEROGENEITY = ('homogeneous', 'type1', 'type2', 'type3')
 
 
@@ -37,18 +37,21 @@ class TaskSpec:
     return getattr(importlib.import_module(module), function)
 
 
+def _require(value: str, choices: tuple[str, ...], message: str) -> None:
+  if value not in choices:
+    raise TaskError(message)
+
+
 def check_split(options: TaskOptions) -> None:
   """`partition.split`'s schemes (iid, sorted, dirichlet)."""
-  if options.partition not in SPLITS:
-    raise TaskError(f'unknown partition {options.partition!r}; '
-                    f'choose one of {", ".join(SPLITS)}')
+  _require(options.partition, SPLITS, f'unknown partition {options.partition!r}; '
+           f'choose one of {", ".join(SPLITS)}')
 
 
 def check_paper003_split(options: TaskOptions) -> None:
   """Paper 003's splits and their options."""
-  if options.partition not in PAPER003_SPLITS:
-    raise TaskError(f'paper-003 tasks split {"|".join(PAPER003_SPLITS)}, '
-                    f'not {options.partition!r}')
+  _require(options.partition, PAPER003_SPLITS, f'paper-003 tasks split '
+           f'{"|".join(PAPER003_SPLITS)}, not {options.partition!r}')
   if options.partition == 'dirichlet' and options.dirichlet_alpha <= 0:
     raise TaskError(f'dirichlet_alpha must be > 0, got {options.dirichlet_alpha}')
   if options.partition == 'stratified' and options.unbalanced_sigma:
@@ -57,15 +60,14 @@ def check_paper003_split(options: TaskOptions) -> None:
 
 
 def check_heterogeneity(options: TaskOptions) -> None:
-  if options.synthetic_heterogeneity not in SYNTHETIC_HETEROGENEITY:
-    raise TaskError(f'unknown heterogeneity {options.synthetic_heterogeneity!r}; '
-                    f'choose one of {", ".join(SYNTHETIC_HETEROGENEITY)}')
+  value = options.synthetic_heterogeneity
+  _require(value, SYNTHETIC_HETEROGENEITY, f'unknown heterogeneity {value!r}; '
+           f'choose one of {", ".join(SYNTHETIC_HETEROGENEITY)}')
 
 
 def check_shakespeare_003_split(options: TaskOptions) -> None:
-  if options.partition not in SHAKESPEARE_003_SPLITS:
-    raise TaskError(f'shakespeare_003 splits {"|".join(SHAKESPEARE_003_SPLITS)} '
-                    f'(--partition), not {options.partition!r}')
+  _require(options.partition, SHAKESPEARE_003_SPLITS, f'shakespeare_003 splits '
+           f'{"|".join(SHAKESPEARE_003_SPLITS)} (--partition), not {options.partition!r}')
 
 
 def _paper003(name: str, function: str, models: tuple[str, ...],

@@ -136,17 +136,10 @@ def split_clients(labels: np.ndarray, options: TaskOptions,
 def _task(name, options, x_tr, y_tr, x_te, y_te, transform, keras_fn, element_spec,
           model, source, default_clients=DEFAULT_CLIENTS) -> base.Task:
   parts = split_clients(y_tr, options, default_clients)
-  train = partition.to_client_data(collections.OrderedDict(x=x_tr, y=y_tr), parts)
-  batch = options.batch_size
-
-  def preprocess(ds: tf.data.Dataset) -> tf.data.Dataset:
-    return ds.batch(batch).map(transform)
-
-  test = tf.data.Dataset.from_tensor_slices(
-      collections.OrderedDict(x=x_te, y=y_te)).batch(EVAL_BATCH).map(transform)
   sizes = np.array([len(p) for p in parts])
-  return base.Task(
-      name=name, train_data=train, preprocess_fn=preprocess, test_data=test,
+  return partition.array_task(
+      name, ('x', 'y'), (x_tr, y_tr), (x_te, y_te), parts, options.batch_size, EVAL_BATCH,
+      lambda ds, batch: ds.batch(batch).map(transform),
       model_fn=base.logits_classifier_fn(keras_fn, element_spec),
       info=dict(model=model, source=source, num_train_clients=len(parts),
                 partition=options.partition, dirichlet_alpha=options.dirichlet_alpha,
@@ -240,11 +233,8 @@ SYNTHETIC_CLIENTS, SYNTHETIC_AVG_SIZE = 20, 200
 
 
 @dataclasses.dataclass(frozen=True)
-class SyntheticData:
-  x: list            # per client [n_i, d] float32
-  y: list            # per client [n_i] int32
-  x_test: np.ndarray
-  y_test: np.ndarray
+class SyntheticData(partition.ClientArrays):
+  """Per client [n_i, d] float32 features (`x`), [n_i] int32 labels, and:"""
   theta: np.ndarray  # [N, C, d] optimal model of each client
   bias: np.ndarray   # [N, C]
   nu: np.ndarray     # [N, d] feature means

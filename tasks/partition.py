@@ -16,11 +16,14 @@ exactly once (paper 003's balanced sizes leave the n mod N remainder out).
 from __future__ import annotations
 
 import collections
+import dataclasses
+from typing import Callable
 
 import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tasks import base
 from tasks import catalog
 
 
@@ -120,6 +123,31 @@ def from_client_arrays(xs: list[np.ndarray], ys: list[np.ndarray]) -> ArrayClien
   offsets = np.cumsum([0] + [len(y) for y in ys])
   parts = [np.arange(offsets[i], offsets[i + 1]) for i in range(len(ys))]
   return to_client_data(dict(x=np.concatenate(xs), y=np.concatenate(ys)), parts)
+
+
+@dataclasses.dataclass(frozen=True)
+class ClientArrays:
+  """Examples held per client, and a centralised test set."""
+  x: list            # per client [n_i, ...]
+  y: list            # per client [n_i] int32
+  x_test: np.ndarray
+  y_test: np.ndarray
+
+
+def array_task(name: str, features: tuple[str, str], train: tuple, test: tuple,
+               parts: list[np.ndarray], batch_size: int, eval_batch_size: int,
+               batches: Callable[[tf.data.Dataset, int], tf.data.Dataset],
+               model_fn, info: dict, augment_fn=None) -> base.Task:
+  """A task over in-memory arrays: client k holds rows `parts[k]` of `train`
+  (inputs, labels), stored under the names `features`; `test` (the same) is
+  the centralised test set. `batches(dataset, batch_size)` batches and
+  preprocesses both."""
+  train_data = to_client_data(collections.OrderedDict(zip(features, train)), parts)
+  test_data = batches(tf.data.Dataset.from_tensor_slices(
+      collections.OrderedDict(zip(features, test))), eval_batch_size)
+  return base.Task(name=name, train_data=train_data,
+                   preprocess_fn=lambda ds: batches(ds, batch_size), test_data=test_data,
+                   model_fn=model_fn, info=info, augment_fn=augment_fn)
 
 
 def sorted_label_split(labels: np.ndarray, num_clients: int) -> list[np.ndarray]:

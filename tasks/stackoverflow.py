@@ -50,14 +50,9 @@ def _vocab(kind: str, size: int, options: registry.TaskOptions) -> list[str]:
 def _finish(name: str, baseline, raw: tff_data.RawData, train, model: str,
             model_fn=None, **info) -> base.Task:
   datasets = baseline.datasets
-  return base.Task(
-      name=name,
-      train_data=train,
-      preprocess_fn=datasets.train_preprocess_fn,
-      model_fn=model_fn or baseline.model_fn,
-      test_data=tff_data.centralized_test_data(raw.test,
-                                               datasets.eval_preprocess_fn),
-      info=tff_data.task_info(raw, train, model, **info))
+  return tff_data.baseline_task(name, raw, train, model, datasets.train_preprocess_fn,
+                                model_fn or baseline.model_fn,
+                                datasets.eval_preprocess_fn, **info)
 
 
 def _tag_mean_loss_model_fn(word_vocab_size: int, tag_vocab_size: int, element_spec):

@@ -101,100 +101,134 @@ def _client_dataset(index: int, n: int, batch: int):
       y=rng.integers(0, 62, n).astype(np.int32))).batch(batch)
 
 
-def main(argv):
-  del argv
-  common.quiet_logs()
+def _model_fn():
+  """The workload's model: the FEMNIST CNN (logits) or TFF's cnn_dropout (softmax)."""
   import tensorflow as tf
   from tasks import base, models
-  from tff_algos import feddyn, runtime, scaffold
-  from tff_algos.core import client_state, stateful_process
-
-  if FLAGS.clients_per_round > FLAGS.num_clients:
-    return common.fail('clients_per_round exceeds num_clients')
   spec = collections.OrderedDict(x=tf.TensorSpec([None, 28, 28, 1], tf.float32),
                                  y=tf.TensorSpec([None], tf.int32))
   if FLAGS.model == 'femnist_cnn':
-    model_fn = base.logits_classifier_fn(lambda: models.femnist_cnn(62), spec)
-  else:  # softmax output
-    model_fn = base.keras_model_fn(
-        lambda: models.emnist_tff_model('cnn_dropout', 62), spec,
-        tf.keras.losses.SparseCategoricalCrossentropy,
-        lambda: [tf.keras.metrics.SparseCategoricalAccuracy()])
+    return base.logits_classifier_fn(lambda: models.femnist_cnn(62), spec)
+  return base.keras_model_fn(  # softmax output
+      lambda: models.emnist_tff_model('cnn_dropout', 62), spec,
+      tf.keras.losses.SparseCategoricalCrossentropy,
+      lambda: [tf.keras.metrics.SparseCategoricalAccuracy()])
+
+
+def _build_algorithm(model_fn):
+  from tff_algos import feddyn, scaffold
+  if FLAGS.algorithm == 'feddyn':
+    return feddyn.build_feddyn(model_fn, feddyn.FedDynConfig(
+        alpha=0.01, client_learning_rate=0.05, local_steps=FLAGS.local_steps))
+  return scaffold.build_scaffold(model_fn, scaffold.ScaffoldConfig(
+      client_learning_rate=0.05, local_steps=FLAGS.local_steps))
+
+
+def _fill(store, ids, initial) -> float:
+  """Writes a distinct row for every client, checkpoints; the seconds it took."""
+  import tensorflow as tf
+  t0 = time.perf_counter()
+  chunk = 50
+  for start in range(0, len(ids), chunk):
+    part = ids[start:start + chunk]
+    store.scatter(part, [tf.nest.map_structure(
+        lambda a, i=i: np.full(a.shape, 1e-6 * i, np.float32), initial)
+        for i in range(start, start + len(part))])
+  store.checkpoint(0)
+  return time.perf_counter() - t0
+
+
+class _Rounds:
+  """Rounds of a stateful-client process against the store (gather -> TFF
+  round -> scatter -> checkpoint), each phase timed."""
+
+  def __init__(self, process, state, store, ids):
+    self.process, self.state, self.store, self.ids = process, state, store, ids
+    self.timings = collections.defaultdict(list)
+    self._rng = np.random.default_rng(0)
+
+  def run(self, r, checkpoint=True):
+    """Round `r` on a random cohort: (cohort ids, their states before, output)."""
+    cohort_idx = self._rng.choice(len(self.ids), FLAGS.clients_per_round, replace=False)
+    cohort = [self.ids[i] for i in cohort_idx]
+    data = [_client_dataset(int(i), FLAGS.examples_per_client, FLAGS.batch_size)
+            for i in cohort_idx]
+    t0 = time.perf_counter()
+    states = self.store.gather(cohort)
+    t1 = time.perf_counter()
+    out = self.process.next(self.state, data, states)
+    t2 = time.perf_counter()
+    self.store.scatter(cohort, out.client_states)
+    t3 = time.perf_counter()
+    if checkpoint:
+      self.store.checkpoint(r)
+    t4 = time.perf_counter()
+    self.state = out.state
+    for key, seconds in (('gather', t1 - t0), ('round', t2 - t1), ('scatter', t3 - t2),
+                         ('checkpoint', t4 - t3)):
+      self.timings[key].append(seconds)
+    return cohort, states, out
+
+
+def _resumes_exactly(ids, initial, cohort, before) -> tuple[bool, object]:
+  """Reopens the store, restores the last checkpoint: whether `cohort`'s rows
+  are `before` again; and the reopened store (closed)."""
+  import tensorflow as tf
+  from tff_algos.core import client_state
+  store = client_state.ClientStateStore(FLAGS.store_dir, ids, initial)
+  store.restore(FLAGS.rounds)
+  after = store.gather(cohort)
+  exact = all(np.array_equal(a, b) for s, t in zip(before, after)
+              for a, b in zip(tf.nest.flatten(s), tf.nest.flatten(t)))
+  disk_gb = store.disk_bytes() / GB
+  store.close()
+  return exact, disk_gb
+
+
+def _run_workload(ids, results) -> dict:
+  """Fill, rounds, and the kill-and-resume check; measurements into `results`.
+  Returns the per-phase timings."""
+  from tff_algos.core import client_state, stateful_process
+  process = _build_algorithm(_model_fn()).process
+  state = process.initialize(stateful_process.Population(FLAGS.num_clients))
+  initial = process.initial_client_state(state)
+  store = client_state.ClientStateStore(FLAGS.store_dir, ids, initial)
+  store.reset()
+  results['model_parameters'] = store.row_floats
+  results['store_capacity_gb'] = f'{store.capacity_bytes / GB:.2f}'
+  if FLAGS.fill:  # every client has a (distinct) state
+    results['fill_seconds'] = f'{_fill(store, ids, initial):.1f}'
+  results['store_disk_gb_after_fill'] = f'{store.disk_bytes() / GB:.2f}'
+
+  rounds = _Rounds(process, state, store, ids)
+  for r in range(1, FLAGS.rounds + 1):
+    _, _, out = rounds.run(r)
+    loss = out.metrics['client_work']['train']['loss']
+    print(f'round {r}: loss {float(loss):.4f}, round {rounds.timings["round"][-1]:.2f} s',
+          flush=True)
+
+  # A round past the last checkpoint, then "die" and resume.
+  cohort, before, _ = rounds.run(FLAGS.rounds + 1, checkpoint=False)
+  store.close()
+  exact, disk_gb = _resumes_exactly(ids, initial, cohort, before)
+  results['resume_check'] = 'exact' if exact else 'MISMATCH'
+  results['store_disk_gb_end'] = f'{disk_gb:.2f}'
+  return rounds.timings
+
+
+def main(argv):
+  del argv
+  common.quiet_logs()
+  from tff_algos import runtime
+
+  if FLAGS.clients_per_round > FLAGS.num_clients:
+    return common.fail('clients_per_round exceeds num_clients')
   ids = [f'client_{i:05d}' for i in range(FLAGS.num_clients)]
   results = collections.OrderedDict()
   runtime.install()
   try:
     with PeakRSS() as rss:
-      if FLAGS.algorithm == 'feddyn':
-        algorithm = feddyn.build_feddyn(model_fn, feddyn.FedDynConfig(
-            alpha=0.01, client_learning_rate=0.05, local_steps=FLAGS.local_steps))
-      else:
-        algorithm = scaffold.build_scaffold(model_fn, scaffold.ScaffoldConfig(
-            client_learning_rate=0.05, local_steps=FLAGS.local_steps))
-      process = algorithm.process
-      state = process.initialize(stateful_process.Population(FLAGS.num_clients))
-      initial = process.initial_client_state(state)
-      store = client_state.ClientStateStore(FLAGS.store_dir, ids, initial)
-      store.reset()
-      results['model_parameters'] = store.row_floats
-      results['store_capacity_gb'] = f'{store.capacity_bytes / GB:.2f}'
-
-      if FLAGS.fill:  # every client has a (distinct) state
-        t0 = time.perf_counter()
-        chunk = 50
-        for start in range(0, len(ids), chunk):
-          part = ids[start:start + chunk]
-          store.scatter(part, [tf.nest.map_structure(
-              lambda a, i=i: np.full(a.shape, 1e-6 * i, np.float32), initial)
-              for i in range(start, start + len(part))])
-        store.checkpoint(0)
-        results['fill_seconds'] = f'{time.perf_counter() - t0:.1f}'
-      results['store_disk_gb_after_fill'] = f'{store.disk_bytes() / GB:.2f}'
-
-      rng = np.random.default_rng(0)
-      timings = collections.defaultdict(list)
-
-      def one_round(r, checkpoint=True):
-        cohort_idx = rng.choice(len(ids), FLAGS.clients_per_round, replace=False)
-        cohort = [ids[i] for i in cohort_idx]
-        data = [_client_dataset(int(i), FLAGS.examples_per_client, FLAGS.batch_size)
-                for i in cohort_idx]
-        t0 = time.perf_counter()
-        states = store.gather(cohort)
-        t1 = time.perf_counter()
-        out = process.next(state_box[0], data, states)
-        t2 = time.perf_counter()
-        store.scatter(cohort, out.client_states)
-        t3 = time.perf_counter()
-        if checkpoint:
-          store.checkpoint(r)
-        t4 = time.perf_counter()
-        state_box[0] = out.state
-        timings['gather'].append(t1 - t0)
-        timings['round'].append(t2 - t1)
-        timings['scatter'].append(t3 - t2)
-        timings['checkpoint'].append(t4 - t3)
-        return cohort, states, out
-
-      state_box = [state]
-      for r in range(1, FLAGS.rounds + 1):
-        cohort, _, out = one_round(r)
-        loss = out.metrics['client_work']['train']['loss']
-        print(f'round {r}: loss {float(loss):.4f}, round {timings["round"][-1]:.2f} s',
-              flush=True)
-
-      # A round past the last checkpoint, then "die" and resume.
-      cohort, before, _ = one_round(FLAGS.rounds + 1, checkpoint=False)
-      store.close()
-      store = client_state.ClientStateStore(FLAGS.store_dir, ids, initial)
-      store.restore(FLAGS.rounds)
-      after = store.gather(cohort)
-      exact = all(np.array_equal(a, b) for s, t in zip(before, after)
-                  for a, b in zip(tf.nest.flatten(s), tf.nest.flatten(t)))
-      results['resume_check'] = 'exact' if exact else 'MISMATCH'
-      results['store_disk_gb_end'] = f'{store.disk_bytes() / GB:.2f}'
-      store.close()
-
+      timings = _run_workload(ids, results)
     for key in ('gather', 'round', 'scatter', 'checkpoint'):
       results[f'{key}_seconds_median'] = f'{np.median(timings[key][1:] or timings[key]):.3f}'
     results['rounds'] = FLAGS.rounds + 1

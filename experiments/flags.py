@@ -263,9 +263,9 @@ def validate(grid: bool = False):
     _flag_hparams().client_optimizer_spec()
     _flag_hparams().server_optimizer_spec()
     from tasks import check_options  # pylint: disable=g-import-not-at-top
-    from tff_algos import registry  # pylint: disable=g-import-not-at-top
     options = task_options()
     check_options(FLAGS.task, options)
+    from tff_algos import registry  # pylint: disable=g-import-not-at-top
     hp = hparams(grid)
     registry.check(FLAGS.algorithm, hp)
     config = run_config(None)

@@ -24,14 +24,9 @@ from typing import Any, Callable, Optional
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_algos.errors import UserError
+from tasks.options import TaskError  # pylint: disable=unused-import
 
 PreprocessFn = Callable[[tf.data.Dataset], tf.data.Dataset]
-
-
-class TaskError(UserError, ValueError):
-  """Bad task request (unknown name, missing data file, bad option); the
-  binaries print it as one `error:` line."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,6 +93,29 @@ def logits_classifier_fn(keras_fn: Callable[[], tf.keras.Model], element_spec: A
       keras_fn, element_spec,
       lambda: tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
       metrics_fn or (lambda: [tf.keras.metrics.SparseCategoricalAccuracy()]))
+
+
+class PlainModel(tff.learning.models.VariableModel):
+  """The accessors of a hand-written `VariableModel` with no non-trainable
+  variables: a subclass sets `_weights` (its trainable variables, in order),
+  `_input_spec` and, unless `MeanLossMetric` (listed first) supplies them,
+  `_metric_variables`."""
+
+  @property
+  def trainable_variables(self):
+    return list(self._weights)
+
+  @property
+  def non_trainable_variables(self):
+    return []
+
+  @property
+  def local_variables(self):
+    return list(self._metric_variables)
+
+  @property
+  def input_spec(self):
+    return self._input_spec
 
 
 class MeanLossMetric:

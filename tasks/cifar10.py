@@ -18,11 +18,11 @@ import numpy as np
 import tensorflow as tf
 
 from tasks import base
+from tasks import models
 from tasks import partition
-from tasks.registry import TaskOptions, register
+from tasks.options import TaskOptions
 
 NAME = 'cifar10_lenet'
-MODELS = ('lenet5',)
 DEFAULT_CLIENTS = 10
 CHANNEL_MEAN = (0.4914, 0.4822, 0.4465)
 CHANNEL_STD = (0.2470, 0.2435, 0.2616)
@@ -30,17 +30,8 @@ CHANNEL_STD = (0.2470, 0.2435, 0.2616)
 
 def lenet5(num_classes: int = 10) -> tf.keras.Model:
   """LeNet-5 for 32x32x3: conv5(6)-pool-conv5(16)-pool-fc120-fc84-fc(logits)."""
-  return tf.keras.Sequential([
-      tf.keras.Input(shape=(32, 32, 3)),
-      tf.keras.layers.Conv2D(6, 5, activation='relu'),
-      tf.keras.layers.MaxPool2D(2),
-      tf.keras.layers.Conv2D(16, 5, activation='relu'),
-      tf.keras.layers.MaxPool2D(2),
-      tf.keras.layers.Flatten(),
-      tf.keras.layers.Dense(120, activation='relu'),
-      tf.keras.layers.Dense(84, activation='relu'),
-      tf.keras.layers.Dense(num_classes),
-  ], name='lenet5')
+  return models.conv_pool_net((32, 32, 3), num_classes, 'lenet5', filters=(6, 16),
+                              kernel=5, hidden=(120, 84))
 
 
 def tfds_data_dir(cache_dir: Optional[str]) -> str:
@@ -84,9 +75,6 @@ def _standardise(images: tf.Tensor) -> tf.Tensor:
   return (x - tf.constant(CHANNEL_MEAN)) / tf.constant(CHANNEL_STD)
 
 
-@register(NAME, models=MODELS,
-          description='LeNet-5 on CIFAR-10 from a prepared tensorflow-datasets '
-                      'cifar10 (paper 001; use --client_batch_size=1024)')
 def build(options: TaskOptions) -> base.Task:
   x_tr, y_tr, x_te, y_te = load_cifar10(options.cache_dir)
   num_clients = options.num_clients or DEFAULT_CLIENTS
@@ -95,18 +83,10 @@ def build(options: TaskOptions) -> base.Task:
                             options.dirichlet_alpha)
   except ValueError as e:
     raise base.TaskError(str(e)) from None
-  train = partition.to_client_data(collections.OrderedDict(x=x_tr, y=y_tr), parts)
-  batch = options.batch_size
-
-  def preprocess(ds: tf.data.Dataset) -> tf.data.Dataset:
-    return ds.batch(batch).map(lambda e: collections.OrderedDict(
-        x=_standardise(e['x']), y=e['y']))
-
-  test = tf.data.Dataset.from_tensor_slices(
-      collections.OrderedDict(x=x_te, y=y_te)).batch(1000).map(
-          lambda e: collections.OrderedDict(x=_standardise(e['x']), y=e['y']))
-  return base.Task(
-      name=NAME, train_data=train, preprocess_fn=preprocess, test_data=test,
+  return partition.array_task(
+      NAME, ('x', 'y'), (x_tr, y_tr), (x_te, y_te), parts, options.batch_size, 1000,
+      lambda ds, batch: ds.batch(batch).map(lambda e: collections.OrderedDict(
+          x=_standardise(e['x']), y=e['y'])),
       model_fn=base.logits_classifier_fn(lenet5, ELEMENT_SPEC),
       info=dict(model='lenet5', source=f'tfds cifar10 ({tfds_data_dir(options.cache_dir)})',
                 num_train_clients=num_clients, partition=options.partition,

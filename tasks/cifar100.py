@@ -27,7 +27,6 @@ from tasks import registry
 from tasks import tff_data
 
 NAME = 'cifar100_image'
-MODELS = ('resnet18', 'cnn004')
 DEFAULT_MODEL = 'resnet18'
 NUM_CLASSES = 100
 CROP = {
@@ -38,15 +37,9 @@ CROP = {
 EVAL_BATCH_SIZE = 64  # TFF's default evaluation batch size for this task
 
 
-@registry.register(
-    NAME, MODELS,
-    'Federated CIFAR-100 (500 clients, Pachinko allocation; TFF '
-    "cifar100.sqlite): TFF's GroupNorm ResNet-18 (24x24) or paper 004's CNN "
-    '(28x28)')
 def build(options: registry.TaskOptions) -> base.Task:
   model = options.model or DEFAULT_MODEL
-  raw = tff_data.load('cifar100', options.cache_dir, options.use_synthetic_data)
-  train = tff_data.select_clients(raw.train, options.num_clients, options.seed)
+  raw, train = tff_data.load_clients('cifar100', options)
   train_spec = tff_data.train_client_spec(options.batch_size)
   height, width = CROP[model]
 
@@ -73,15 +66,9 @@ def build(options: registry.TaskOptions) -> base.Task:
     model_fn = base.logits_classifier_fn(
         lambda: models.cifar_cnn_004(NUM_CLASSES), datasets.element_type_structure)
 
-  return base.Task(
-      name=NAME,
-      train_data=train,
-      preprocess_fn=datasets.train_preprocess_fn,
-      model_fn=model_fn,
-      test_data=tff_data.centralized_test_data(raw.test,
-                                               datasets.eval_preprocess_fn),
-      augment_fn=image_augment.augmenting_preprocess((height, width, 3),
-                                                     options.batch_size),
-      info=tff_data.task_info(raw, train, model, num_classes=NUM_CLASSES,
-                              crop=(height, width), train_augmentation='random crop, flip',
-                              eval_batch_size=EVAL_BATCH_SIZE))
+  return tff_data.baseline_task(
+      NAME, raw, train, model, datasets.train_preprocess_fn, model_fn,
+      datasets.eval_preprocess_fn,
+      augment_fn=image_augment.augmenting_preprocess((height, width, 3), options.batch_size),
+      num_classes=NUM_CLASSES, crop=(height, width), train_augmentation='random crop, flip',
+      eval_batch_size=EVAL_BATCH_SIZE)

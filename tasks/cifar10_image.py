@@ -31,7 +31,6 @@ from tasks import partition
 from tasks import registry
 
 NAME = 'cifar10_image'
-MODELS = ('resnet18',)
 NUM_CLASSES = 10
 NUM_CLIENTS = 500
 EXAMPLES_PER_CLIENT = 100
@@ -57,28 +56,16 @@ def _eval_map(example):
   return tf.image.per_image_standardization(image), example['label']
 
 
-@registry.register(
-    NAME, MODELS,
-    'CIFAR-10 over 500 clients of 100 images by LDA label skew (Reddi et al.; '
-    "prepared tensorflow-datasets cifar10 in --cache_dir): TFF's GroupNorm ResNet-18, "
-    '24x24 random crops and flips')
 def build(options: registry.TaskOptions) -> base.Task:
   x_tr, y_tr, x_te, y_te = feddyn_data.load_tfds_arrays('cifar10', options.cache_dir)
   num_clients = options.num_clients or NUM_CLIENTS
   parts = lda_split(y_tr, num_clients, options.dirichlet_alpha, options.seed)
-  train = partition.to_client_data(collections.OrderedDict(image=x_tr, label=y_tr), parts)
-  batch = options.batch_size
-
-  def preprocess(dataset: tf.data.Dataset) -> tf.data.Dataset:
-    return dataset.map(_eval_map).batch(batch)
-
-  test = tf.data.Dataset.from_tensor_slices(
-      collections.OrderedDict(image=x_te, label=y_te)).map(_eval_map).batch(EVAL_BATCH_SIZE)
   element_spec = (tf.TensorSpec([None, *CROP_SHAPE], tf.float32),
                   tf.TensorSpec([None], tf.int32))
-  return base.Task(
-      name=NAME, train_data=train, preprocess_fn=preprocess, test_data=test,
-      augment_fn=image_augment.augmenting_preprocess(CROP_SHAPE, batch),
+  return partition.array_task(
+      NAME, ('image', 'label'), (x_tr, y_tr), (x_te, y_te), parts, options.batch_size,
+      EVAL_BATCH_SIZE, lambda ds, batch: ds.map(_eval_map).batch(batch),
+      augment_fn=image_augment.augmenting_preprocess(CROP_SHAPE, options.batch_size),
       model_fn=base.keras_model_fn(
           lambda: resnet_models.create_resnet18(CROP_SHAPE, NUM_CLASSES), element_spec,
           tf.keras.losses.SparseCategoricalCrossentropy,

@@ -15,9 +15,8 @@ import tensorflow as tf
 
 from tasks import base
 from tasks import partition
-from tasks.registry import TaskOptions, register
+from tasks.options import TaskOptions
 
-MODELS = ('mlp', 'logistic')
 DEFAULT_CLIENTS = 30
 
 
@@ -41,8 +40,6 @@ def _keras_model(name: str) -> tf.keras.Model:
   return tf.keras.Sequential(layers)
 
 
-@register('digits', models=MODELS,
-          description='scikit-learn digits, Dirichlet label skew (offline default)')
 def build(options: TaskOptions) -> base.Task:
   x_tr, y_tr, x_te, y_te = load_digits_arrays(options.seed)
   num_clients = options.num_clients or DEFAULT_CLIENTS

@@ -17,19 +17,13 @@ from tasks import registry
 from tasks import tff_data
 
 NAME = 'emnist_character'
-MODELS = models.EMNIST_TFF_MODELS + ('femnist_cnn',)
 DEFAULT_MODEL = 'femnist_cnn'
 NUM_CLASSES = 62
 
 
-@registry.register(
-    NAME, MODELS,
-    'Federated EMNIST-62 (FEMNIST, 3,400 writers; TFF emnist_all.sqlite): '
-    "TFF's cnn_dropout/cnn/2nn or the papers' femnist_cnn")
 def build(options: registry.TaskOptions) -> base.Task:
   model = options.model or DEFAULT_MODEL
-  raw = tff_data.load('emnist', options.cache_dir, options.use_synthetic_data)
-  train = tff_data.select_clients(raw.train, options.num_clients, options.seed)
+  raw, train = tff_data.load_clients('emnist', options)
   train_spec = tff_data.train_client_spec(options.batch_size)
   baseline = (
       char_recognition_tasks.create_character_recognition_task_from_datasets(
@@ -49,12 +43,6 @@ def build(options: registry.TaskOptions) -> base.Task:
     model_fn = base.logits_classifier_fn(
         lambda: models.femnist_cnn(NUM_CLASSES), datasets.element_type_structure)
 
-  return base.Task(
-      name=NAME,
-      train_data=train,
-      preprocess_fn=preprocess_fn,
-      model_fn=model_fn,
-      test_data=tff_data.centralized_test_data(raw.test,
-                                               datasets.eval_preprocess_fn),
-      info=tff_data.task_info(raw, train, model, num_classes=NUM_CLASSES,
-                              eval_batch_size=64))
+  return tff_data.baseline_task(NAME, raw, train, model, preprocess_fn, model_fn,
+                                datasets.eval_preprocess_fn, num_classes=NUM_CLASSES,
+                                eval_batch_size=64)

@@ -25,7 +25,6 @@ from tasks import registry
 from tasks import tff_data
 
 NAME = 'emnist_autoencoder'
-MODELS = ('tff_ae',)
 EVAL_BATCH_SIZE = 64  # TFF's default for this baseline
 
 
@@ -36,13 +35,8 @@ def autoencoder_model_fn(element_spec):
       lambda: [tf.keras.metrics.MeanSquaredError(), tf.keras.metrics.MeanAbsoluteError()])
 
 
-@registry.register(
-    NAME, MODELS,
-    'Federated EMNIST-62 autoencoder (3,400 writers; TFF emnist_all.sqlite): TFF\'s '
-    'bottleneck autoencoder, MSE (Reddi et al.)')
 def build(options: registry.TaskOptions) -> base.Task:
-  raw = tff_data.load('emnist', options.cache_dir, options.use_synthetic_data)
-  train = tff_data.select_clients(raw.train, options.num_clients, options.seed)
+  raw, train = tff_data.load_clients('emnist', options)
   train_spec = tff_data.train_client_spec(options.batch_size)
   baseline = autoencoder_tasks.create_autoencoder_task_from_datasets(
       train_client_spec=train_spec, eval_client_spec=None, train_data=train,
@@ -52,11 +46,7 @@ def build(options: registry.TaskOptions) -> base.Task:
   # unless given a debug seed, which with no shuffle buffer does nothing else).
   preprocess_fn = emnist_preprocessing.create_preprocess_fn(
       train_spec, emnist_task='autoencoder', debug_seed=0)
-  return base.Task(
-      name=NAME,
-      train_data=train,
-      preprocess_fn=preprocess_fn,
-      model_fn=autoencoder_model_fn(datasets.element_type_structure),
-      test_data=tff_data.centralized_test_data(raw.test, datasets.eval_preprocess_fn),
-      info=tff_data.task_info(raw, train, 'tff_ae', loss='mse summed over the batch',
-                              eval_batch_size=EVAL_BATCH_SIZE))
+  return tff_data.baseline_task(
+      NAME, raw, train, 'tff_ae', preprocess_fn,
+      autoencoder_model_fn(datasets.element_type_structure), datasets.eval_preprocess_fn,
+      loss='mse summed over the batch', eval_batch_size=EVAL_BATCH_SIZE)

@@ -45,12 +45,13 @@ import numpy as np
 import tensorflow as tf
 
 from tasks import base
+from tasks import catalog
 from tasks import cifar10 as cifar10_task
 from tasks import embedded
 from tasks import leaf_shakespeare
 from tasks import models
 from tasks import partition
-from tasks.registry import TaskOptions, register
+from tasks.options import TaskOptions
 
 DEFAULT_CLIENTS = 100
 EVAL_BATCH = 1000
@@ -103,9 +104,6 @@ def load_tfds_arrays(tfds_name: str, cache_dir: Optional[str]):
 # ------------------------------------------------------------ task assembly
 
 
-SPLIT_SCHEMES = partition.FEDDYN_SCHEMES + ('stratified',)
-
-
 def stratified_split(labels: np.ndarray, num_clients: int, seed: int) -> list[np.ndarray]:
   """IID with equal class counts: each class's examples, shuffled, dealt out in
   near-equal shares (paper 003's code for balanced IID CIFAR-100)."""
@@ -123,6 +121,7 @@ def split_clients(labels: np.ndarray, options: TaskOptions,
                   default_clients: int = DEFAULT_CLIENTS) -> list[np.ndarray]:
   """`partition.feddyn_split` (or `stratified_split`) from the task options
   (errors as TaskError)."""
+  catalog.check_paper003_split(options)
   num_clients = options.num_clients or default_clients
   if options.partition == 'stratified':
     return stratified_split(labels, num_clients, options.seed)
@@ -134,32 +133,13 @@ def split_clients(labels: np.ndarray, options: TaskOptions,
     raise base.TaskError(str(e)) from None
 
 
-def check_split_options(options: TaskOptions) -> None:
-  """Cheap checks of the split options (run before any data is read)."""
-  if options.partition not in SPLIT_SCHEMES:
-    raise base.TaskError(f'paper-003 tasks split {"|".join(SPLIT_SCHEMES)}, '
-                         f'not {options.partition!r}')
-  if options.partition == 'dirichlet' and options.dirichlet_alpha <= 0:
-    raise base.TaskError(f'dirichlet_alpha must be > 0, got {options.dirichlet_alpha}')
-  if options.partition == 'stratified' and options.unbalanced_sigma:
-    raise base.TaskError('--partition=stratified gives every client the same class counts: '
-                         'leave --unbalanced_sigma at 0')
-
-
 def _task(name, options, x_tr, y_tr, x_te, y_te, transform, keras_fn, element_spec,
           model, source, default_clients=DEFAULT_CLIENTS) -> base.Task:
   parts = split_clients(y_tr, options, default_clients)
-  train = partition.to_client_data(collections.OrderedDict(x=x_tr, y=y_tr), parts)
-  batch = options.batch_size
-
-  def preprocess(ds: tf.data.Dataset) -> tf.data.Dataset:
-    return ds.batch(batch).map(transform)
-
-  test = tf.data.Dataset.from_tensor_slices(
-      collections.OrderedDict(x=x_te, y=y_te)).batch(EVAL_BATCH).map(transform)
   sizes = np.array([len(p) for p in parts])
-  return base.Task(
-      name=name, train_data=train, preprocess_fn=preprocess, test_data=test,
+  return partition.array_task(
+      name, ('x', 'y'), (x_tr, y_tr), (x_te, y_te), parts, options.batch_size, EVAL_BATCH,
+      lambda ds, batch: ds.batch(batch).map(transform),
       model_fn=base.logits_classifier_fn(keras_fn, element_spec),
       info=dict(model=model, source=source, num_train_clients=len(parts),
                 partition=options.partition, dirichlet_alpha=options.dirichlet_alpha,
@@ -195,11 +175,7 @@ IMAGE_SPEC = collections.OrderedDict(x=tf.TensorSpec([None, 32, 32, 3], tf.float
                                      y=tf.TensorSpec([None], tf.int32))
 
 
-@register('feddyn_digits', models=('mlp_200_100', 'logistic'),
-          description='scikit-learn digits split as paper 003 (iid|dirichlet, '
-                      '--unbalanced_sigma), 100 clients (offline)')
 def build_digits(options: TaskOptions) -> base.Task:
-  check_split_options(options)
   x_tr, y_tr, x_te, y_te = embedded.load_digits_arrays(options.seed)
   model = options.model or 'mlp_200_100'
   keras_fn = (lambda: models.mlp_200_100(64, 10)) if model == 'mlp_200_100' else (
@@ -209,10 +185,7 @@ def build_digits(options: TaskOptions) -> base.Task:
                _flat_spec(64), model, 'sklearn digits')
 
 
-@register('mnist', models=('mlp_200_100',),
-          description='MNIST (prepared TFDS), paper 003 splits, MLP 200-100')
 def build_mnist(options: TaskOptions) -> base.Task:
-  check_split_options(options)
   x_tr, y_tr, x_te, y_te = load_tfds_arrays('mnist', options.cache_dir)
   return _task('mnist', options, x_tr, y_tr, x_te, y_te,
                _flat_standardiser(MNIST_MEAN, MNIST_STD),
@@ -226,11 +199,7 @@ def first_letters(x: np.ndarray, y: np.ndarray, num_letters: int = 10):
   return x[keep], (y[keep] - 1).astype(np.int32)
 
 
-@register('emnist_letters10', models=('mlp_200_100',),
-          description="EMNIST-L: first 10 letters of TFDS 'emnist/letters' "
-                      '(prepared), paper 003 splits, MLP 200-100')
 def build_emnist_letters10(options: TaskOptions) -> base.Task:
-  check_split_options(options)
   x_tr, y_tr, x_te, y_te = load_tfds_arrays('emnist/letters', options.cache_dir)
   x_tr, y_tr = first_letters(x_tr, y_tr)
   x_te, y_te = first_letters(x_te, y_te)
@@ -241,21 +210,14 @@ def build_emnist_letters10(options: TaskOptions) -> base.Task:
                'tfds emnist/letters, letters a-j')
 
 
-@register('cifar10', models=('cnn003',),
-          description='CIFAR-10 (prepared TFDS), paper 003 splits and CNN')
 def build_cifar10(options: TaskOptions) -> base.Task:
-  check_split_options(options)
   x_tr, y_tr, x_te, y_te = load_tfds_arrays('cifar10', options.cache_dir)
   return _task('cifar10', options, x_tr, y_tr, x_te, y_te,
                _standardiser(cifar10_task.CHANNEL_MEAN, cifar10_task.CHANNEL_STD),
                lambda: models.cifar_cnn_003(10), IMAGE_SPEC, 'cnn003', 'tfds cifar10')
 
 
-@register('cifar100_split', models=('cnn003',),
-          description='CIFAR-100 (prepared TFDS) split as paper 003 (not TFF\'s '
-                      'federated CIFAR-100), paper 003 CNN')
 def build_cifar100(options: TaskOptions) -> base.Task:
-  check_split_options(options)
   x_tr, y_tr, x_te, y_te = load_tfds_arrays('cifar100', options.cache_dir)
   return _task('cifar100_split', options, x_tr, y_tr, x_te, y_te,
                _standardiser(CIFAR100_MEAN, CIFAR100_STD),
@@ -264,18 +226,15 @@ def build_cifar100(options: TaskOptions) -> base.Task:
 
 # -------------------------------------------------- synthetic (paper A.1)
 
-HETEROGENEITY = ('homogeneous', 'type1', 'type2', 'type3')
+HETEROGENEITY = catalog.SYNTHETIC_HETEROGENEITY
 SYNTHETIC_GAMMA = 1.0
 SYNTHETIC_DIM, SYNTHETIC_CLASSES = 30, 5
 SYNTHETIC_CLIENTS, SYNTHETIC_AVG_SIZE = 20, 200
 
 
 @dataclasses.dataclass(frozen=True)
-class SyntheticData:
-  x: list            # per client [n_i, d] float32
-  y: list            # per client [n_i] int32
-  x_test: np.ndarray
-  y_test: np.ndarray
+class SyntheticData(partition.ClientArrays):
+  """Per client [n_i, d] float32 features (`x`), [n_i] int32 labels, and:"""
   theta: np.ndarray  # [N, C, d] optimal model of each client
   bias: np.ndarray   # [N, C]
   nu: np.ndarray     # [N, d] feature means
@@ -324,9 +283,6 @@ def generate_synthetic_logistic(num_clients: int = SYNTHETIC_CLIENTS,
                        nu, sizes)
 
 
-@register('synthetic_logistic', models=('logreg',),
-          description='paper 003 A.1 synthetic multiclass logistic problem, 20 '
-                      'clients; --synthetic_heterogeneity=homogeneous|type1|type2|type3')
 def build_synthetic(options: TaskOptions) -> base.Task:
   try:
     data = generate_synthetic_logistic(
@@ -384,15 +340,10 @@ def shakespeare_lstm_003() -> tf.keras.Model:
   ], name='shakespeare_lstm100')
 
 
-@register('shakespeare_003', models=('lstm100',),
-          description="paper 003's Shakespeare: 100 devices x 2,000 samples (80 characters "
-                      "-> the next), --partition=natural (roles) | iid; 2 x LSTM 100")
 def build_shakespeare(options: TaskOptions) -> base.Task:
   """`leaf_shakespeare`'s samples from TFF's Shakespeare roles, the paper's LSTM."""
   from tasks import tff_data  # pylint: disable=g-import-not-at-top
-  if options.partition not in leaf_shakespeare.SPLITS:
-    raise base.TaskError(f'shakespeare_003 splits {"|".join(leaf_shakespeare.SPLITS)} '
-                         f'(--partition), not {options.partition!r}')
+  catalog.check_shakespeare_003_split(options)
   raw = tff_data.load('shakespeare', options.cache_dir, options.use_synthetic_data)
   ids = list(raw.train.client_ids)
   devices = options.num_clients or DEFAULT_CLIENTS

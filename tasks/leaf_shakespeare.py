@@ -26,11 +26,14 @@ from typing import Sequence
 
 import numpy as np
 
+from tasks import catalog
+from tasks import partition
+
 LETTERS = ("\n !\"&'(),-.0123456789:;>?ABCDEFGHIJKLMNOPQRSTUVWXYZ[]"
            'abcdefghijklmnopqrstuvwxyz}')
 WINDOW = 80
 CROP, TEST_CROP = 2000, 400
-SPLITS = ('natural', 'iid')
+SPLITS = catalog.SHAKESPEARE_003_SPLITS
 _INDEX = np.full(256, LETTERS.index(' '), np.uint8)   # other characters: the space
 _INDEX[[ord(c) for c in LETTERS]] = np.arange(len(LETTERS), dtype=np.uint8)
 
@@ -54,11 +57,8 @@ def windows(codes: np.ndarray, starts: np.ndarray, window: int = WINDOW):
 
 
 @dataclasses.dataclass(frozen=True)
-class Samples:
-  x: list          # per device [CROP, WINDOW] uint8
-  y: list          # per device [CROP] int32
-  x_test: np.ndarray
-  y_test: np.ndarray
+class Samples(partition.ClientArrays):
+  """Per device [CROP, WINDOW] uint8 windows (`x`) and [CROP] next characters."""
   roles: list      # the role index of each device ('natural'), or None
 
 

@@ -36,9 +36,8 @@ import tensorflow_federated as tff
 
 from tasks import base
 from tasks import partition
-from tasks.registry import TaskOptions, register
+from tasks.options import TaskOptions
 
-MODELS = ('logreg',)
 DEFAULT_CLIENTS = 10
 EVAL_BATCH = 1000
 
@@ -200,7 +199,7 @@ def problem_of(task: base.Task) -> LogisticProblem:
 # ------------------------------------------------------------------ the model
 
 
-class LogisticRegression(tff.learning.models.VariableModel):
+class LogisticRegression(base.PlainModel):
   """x in R^d (float64, init 0); batch {'x': [B, d], 'y': [B]} with y in {0, 1}.
 
   loss = mean_b [softplus(a_b.x) - y_b a_b.x] + lam/2 ||x||^2; metrics: loss and
@@ -208,30 +207,16 @@ class LogisticRegression(tff.learning.models.VariableModel):
   """
 
   def __init__(self, num_features: int, l2_reg: float, dtype=tf.float64):
-    self._d = num_features
     self._l2 = l2_reg
     self._dtype = dtype
     self._w = tf.Variable(tf.zeros([num_features], dtype), name='w')
     self._loss_sum = tf.Variable(tf.zeros([], dtype), trainable=False)
     self._correct = tf.Variable(tf.zeros([], dtype), trainable=False)
     self._count = tf.Variable(tf.zeros([], dtype), trainable=False)
-
-  @property
-  def trainable_variables(self):
-    return [self._w]
-
-  @property
-  def non_trainable_variables(self):
-    return []
-
-  @property
-  def local_variables(self):
-    return [self._loss_sum, self._correct, self._count]
-
-  @property
-  def input_spec(self):
-    return collections.OrderedDict(x=tf.TensorSpec([None, self._d], tf.float32),
-                                   y=tf.TensorSpec([None], tf.int32))
+    self._weights = [self._w]
+    self._metric_variables = [self._loss_sum, self._correct, self._count]
+    self._input_spec = collections.OrderedDict(
+        x=tf.TensorSpec([None, num_features], tf.float32), y=tf.TensorSpec([None], tf.int32))
 
   @tf.function
   def predict_on_batch(self, x, training=True):
@@ -275,9 +260,6 @@ class LogisticRegression(tff.learning.models.VariableModel):
 # ------------------------------------------------------------------- the task
 
 
-@register('logistic', models=MODELS,
-          description='l2-regularised logistic regression on a LIBSVM file '
-                      '(--libsvm_path) or, offline, sklearn breast cancer (paper 001)')
 def build(options: TaskOptions) -> base.Task:
   if options.libsvm_path:
     features, raw = parse_libsvm(options.libsvm_path)

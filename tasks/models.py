@@ -28,19 +28,19 @@ from tensorflow_federated.python.simulation.models import resnet_models
 EMNIST_TFF_MODELS = ('cnn_dropout', 'cnn', '2nn')
 
 
-def _conv_pool_net(input_shape: Sequence[int], num_classes: int,
-                   name: str) -> tf.keras.Model:
-  """Conv3x3(32)-Pool2-Conv3x3(64)-Pool2-FC512-FC(classes), 'valid' padding."""
-  return tf.keras.Sequential([
-      tf.keras.Input(shape=tuple(input_shape)),
-      tf.keras.layers.Conv2D(32, 3, activation='relu'),
-      tf.keras.layers.MaxPool2D(2),
-      tf.keras.layers.Conv2D(64, 3, activation='relu'),
-      tf.keras.layers.MaxPool2D(2),
-      tf.keras.layers.Flatten(),
-      tf.keras.layers.Dense(512, activation='relu'),
-      tf.keras.layers.Dense(num_classes),  # logits
-  ], name=name)
+def conv_pool_net(input_shape: Sequence[int], num_classes: int, name: str,
+                  filters: Sequence[int] = (32, 64), kernel: int = 3,
+                  hidden: Sequence[int] = (512,)) -> tf.keras.Model:
+  """Per entry of `filters`: Conv(kernel x kernel, 'valid')-ReLU-MaxPool2; then
+  flattened, a ReLU FC layer per entry of `hidden`, and FC(classes) logits."""
+  layers = [tf.keras.Input(shape=tuple(input_shape))]
+  for width in filters:
+    layers += [tf.keras.layers.Conv2D(width, kernel, activation='relu'),
+               tf.keras.layers.MaxPool2D(2)]
+  layers.append(tf.keras.layers.Flatten())
+  layers += [tf.keras.layers.Dense(width, activation='relu') for width in hidden]
+  layers.append(tf.keras.layers.Dense(num_classes))  # logits
+  return tf.keras.Sequential(layers, name=name)
 
 
 def femnist_cnn(num_classes: int = 62) -> tf.keras.Model:
@@ -50,12 +50,12 @@ def femnist_cnn(num_classes: int = 62) -> tf.keras.Model:
   first dense layer takes 1600 = 5*5*64 inputs): 28 -> 26 -> 13 -> 11 -> 5.
   With 62 classes it has 870,334 parameters.
   """
-  return _conv_pool_net((28, 28, 1), num_classes, name='femnist_cnn')
+  return conv_pool_net((28, 28, 1), num_classes, name='femnist_cnn')
 
 
 def cifar_cnn_004(num_classes: int = 100) -> tf.keras.Model:
   """Paper 004's CIFAR-100 CNN: `femnist_cnn`'s layers on 28x28x3 crops."""
-  return _conv_pool_net((28, 28, 3), num_classes, name='cifar_cnn_004')
+  return conv_pool_net((28, 28, 3), num_classes, name='cifar_cnn_004')
 
 
 def shakespeare_gru(vocab_size: int, units: int = 256, embedding_dim: int = 8,
@@ -145,17 +145,8 @@ def cifar_cnn_003(num_classes: int = 10, input_shape: Sequence[int] = (32, 32, 3
   (The paper's text says 394; the reference code has 384.) 32x32 -> 28 -> 14
   -> 10 -> 5, so the first FC layer takes 1,600 inputs: 797,962 parameters
   with 10 classes."""
-  return tf.keras.Sequential([
-      tf.keras.Input(shape=tuple(input_shape)),
-      tf.keras.layers.Conv2D(64, 5, activation='relu'),
-      tf.keras.layers.MaxPool2D(2),
-      tf.keras.layers.Conv2D(64, 5, activation='relu'),
-      tf.keras.layers.MaxPool2D(2),
-      tf.keras.layers.Flatten(),
-      tf.keras.layers.Dense(384, activation='relu'),
-      tf.keras.layers.Dense(192, activation='relu'),
-      tf.keras.layers.Dense(num_classes),  # logits
-  ], name='cifar_cnn_003')
+  return conv_pool_net(input_shape, num_classes, 'cifar_cnn_003', filters=(64, 64),
+                       kernel=5, hidden=(384, 192))
 
 
 def shakespeare_lstm_003(vocab_size: int, units: int = 100, embedding_dim: int = 8,

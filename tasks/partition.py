@@ -16,10 +16,15 @@ exactly once (paper 003's balanced sizes leave the n mod N remainder out).
 from __future__ import annotations
 
 import collections
+import dataclasses
+from typing import Callable
 
 import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
+
+from tasks import base
+from tasks import catalog
 
 
 def iid_split(num_examples: int, num_clients: int, seed: int) -> list[np.ndarray]:
@@ -120,6 +125,31 @@ def from_client_arrays(xs: list[np.ndarray], ys: list[np.ndarray]) -> ArrayClien
   return to_client_data(dict(x=np.concatenate(xs), y=np.concatenate(ys)), parts)
 
 
+@dataclasses.dataclass(frozen=True)
+class ClientArrays:
+  """Examples held per client, and a centralised test set."""
+  x: list            # per client [n_i, ...]
+  y: list            # per client [n_i] int32
+  x_test: np.ndarray
+  y_test: np.ndarray
+
+
+def array_task(name: str, features: tuple[str, str], train: tuple, test: tuple,
+               parts: list[np.ndarray], batch_size: int, eval_batch_size: int,
+               batches: Callable[[tf.data.Dataset, int], tf.data.Dataset],
+               model_fn, info: dict, augment_fn=None) -> base.Task:
+  """A task over in-memory arrays: client k holds rows `parts[k]` of `train`
+  (inputs, labels), stored under the names `features`; `test` (the same) is
+  the centralised test set. `batches(dataset, batch_size)` batches and
+  preprocesses both."""
+  train_data = to_client_data(collections.OrderedDict(zip(features, train)), parts)
+  test_data = batches(tf.data.Dataset.from_tensor_slices(
+      collections.OrderedDict(zip(features, test))), eval_batch_size)
+  return base.Task(name=name, train_data=train_data,
+                   preprocess_fn=lambda ds: batches(ds, batch_size), test_data=test_data,
+                   model_fn=model_fn, info=info, augment_fn=augment_fn)
+
+
 def sorted_label_split(labels: np.ndarray, num_clients: int) -> list[np.ndarray]:
   """Label-sorted contiguous shards (the 'sorted' heterogeneous split):
   examples ordered by label (stably) and cut into N near-equal shards."""
@@ -130,7 +160,7 @@ def sorted_label_split(labels: np.ndarray, num_clients: int) -> list[np.ndarray]
   return [np.sort(part) for part in np.array_split(order, num_clients)]
 
 
-SCHEMES = ('iid', 'sorted', 'dirichlet')
+SCHEMES = catalog.SPLITS
 
 
 def split(labels: np.ndarray, num_clients: int, scheme: str, seed: int,
@@ -232,7 +262,7 @@ def dirichlet_prior_split(labels: np.ndarray, sizes: np.ndarray, alpha: float,
   return [np.sort(np.asarray(s, np.int64)) for s in shards]
 
 
-FEDDYN_SCHEMES = ('iid', 'dirichlet')
+FEDDYN_SCHEMES = catalog.FEDDYN_SPLITS
 
 
 def feddyn_split(labels: np.ndarray, num_clients: int, scheme: str, seed: int,

@@ -25,7 +25,7 @@ from scipy import integrate
 
 from tasks import base
 from tasks import partition
-from tasks.registry import TaskOptions, register
+from tasks.options import TaskOptions
 
 Z_LOW, Z_HIGH = 1.0, 3.0
 X_INIT = 0.4
@@ -92,8 +92,6 @@ class QuadraticModel(base.MeanLossMetric, tff.learning.models.VariableModel):
         loss=loss, predictions=self.predict_on_batch(z), num_examples=n)
 
 
-@register('quadratic', models=('scalar',),
-          description='paper 000 §3 toy: f(x; z) = z x^2/2 - x, z ~ z^-1/2 on [1,3]')
 def build(options: TaskOptions) -> base.Task:
   """One client = one point (batch size 1); `options.num_runs` repetitions."""
   return build_quadratic(num_runs=options.num_runs,

@@ -1,83 +1,35 @@
-"""Task name -> builder. Each builder takes `TaskOptions` and returns a `Task`.
+"""Task name -> `TaskSpec` (`tasks.catalog`); `get_task` builds one from
+`TaskOptions`.
 
-Task modules register themselves on import; `get_task` validates the name
-before anything expensive (no data is touched for an unknown name).
+Everything up to building a task imports no TensorFlow: `check_options`
+refuses an unknown name, model or option combination before any data is
+touched or any task module is imported.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import importlib
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Optional
 
-from tasks.base import Task, TaskError
+from tasks.catalog import TASKS, TaskSpec
+from tasks.options import TaskError, TaskOptions
 
+if TYPE_CHECKING:
+  from tasks.base import Task
 
-@dataclasses.dataclass(frozen=True)
-class TaskOptions:
-  batch_size: int = 20
-  cache_dir: Optional[str] = None
-  use_synthetic_data: bool = False
-  model: Optional[str] = None        # task-specific model id; None = task default
-  seed: int = 0                      # data partition / generation seed
-  num_clients: Optional[int] = None  # for tasks partitioned here (None = default)
-  dirichlet_alpha: float = 0.5       # label-skew concentration (partitioned tasks)
-  num_runs: int = 1                  # repetitions vectorised into one model (quadratic)
-  partition: str = 'iid'             # 'iid' | 'sorted' | 'dirichlet' (tasks split here)
-  libsvm_path: Optional[str] = None  # LIBSVM-format file (logistic; None = embedded data)
-  l2_reg: Optional[float] = None     # lambda of l2-regularised tasks (None = task default)
-  unbalanced_sigma: float = 0.0      # lognormal client sizes (paper 003; 0 = balanced)
-  synthetic_heterogeneity: str = 'homogeneous'  # synthetic_logistic: type1|type2|type3
-  max_client_examples: Optional[int] = None  # each client keeps its first N examples
-  test_examples: Optional[int] = None  # the test set is its first N examples (fixed)
-  max_elements_per_user: Optional[int] = None  # per-round cap of a client's examples
-
-
-Builder = Callable[[TaskOptions], Task]
-
-
-@dataclasses.dataclass(frozen=True)
-class TaskSpec:
-  name: str
-  builder: Builder
-  models: tuple[str, ...]
-  description: str
-
-
-_REGISTRY: dict[str, TaskSpec] = {}
-
-# Modules whose import registers tasks. Kept explicit so `list_tasks()` is
-# complete without importing every dataset module up front.
-_TASK_MODULES = (
-    'tasks.embedded', 'tasks.quadratic', 'tasks.emnist', 'tasks.shakespeare',
-    'tasks.stackoverflow', 'tasks.cifar100', 'tasks.libsvm', 'tasks.cifar10',
-    'tasks.feddyn_data', 'tasks.emnist_autoencoder', 'tasks.cifar10_image')
-
-
-def register(name: str, models: tuple[str, ...], description: str):
-  def wrap(builder: Builder) -> Builder:
-    if name in _REGISTRY:
-      raise ValueError(f'task {name!r} registered twice')
-    _REGISTRY[name] = TaskSpec(name, builder, tuple(models), description)
-    return builder
-  return wrap
-
-
-def _load_all():
-  for module in _TASK_MODULES:
-    importlib.import_module(module)
+_REGISTRY: dict[str, TaskSpec] = {spec.name: spec for spec in TASKS}
+if len(_REGISTRY) != len(TASKS):
+  raise ValueError('a task is declared twice in tasks.catalog.TASKS')
 
 
 def list_tasks() -> dict[str, TaskSpec]:
-  _load_all()
   return dict(sorted(_REGISTRY.items()))
 
 
 def get_spec(name: str) -> TaskSpec:
-  specs = list_tasks()
-  if name not in specs:
-    raise TaskError(f'unknown task {name!r}; known tasks: {", ".join(specs)}')
-  return specs[name]
+  if name not in _REGISTRY:
+    raise TaskError(f'unknown task {name!r}; known tasks: {", ".join(list_tasks())}')
+  return _REGISTRY[name]
 
 
 def check_options(name: str, options: TaskOptions) -> TaskSpec:
@@ -99,6 +51,8 @@ def check_options(name: str, options: TaskOptions) -> TaskSpec:
     value = getattr(options, field)
     if value is not None and value < 1:
       raise TaskError(f'{field} must be >= 1, got {value}')
+  if spec.check is not None:
+    spec.check(options)
   return spec
 
 

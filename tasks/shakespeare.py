@@ -19,7 +19,6 @@ from tasks import registry
 from tasks import tff_data
 
 NAME = 'shakespeare_character'
-MODELS = ('lstm', 'gru', 'gru128')
 DEFAULT_MODEL = 'lstm'
 SEQUENCE_LENGTH = tff.simulation.baselines.shakespeare.DEFAULT_SEQUENCE_LENGTH
 VOCAB_SIZE = tff.simulation.baselines.shakespeare.VOCAB_LENGTH
@@ -33,15 +32,9 @@ def _metrics() -> list[tf.keras.metrics.Metric]:
           metrics.MaskedCategoricalAccuracy(masked_tokens=[pad])]
 
 
-@registry.register(
-    NAME, MODELS,
-    'Shakespeare next-character prediction (715 roles; TFF shakespeare.sqlite):'
-    " TFF's LSTM or the papers' GRUs (256 / 128 units)")
 def build(options: registry.TaskOptions) -> base.Task:
   model = options.model or DEFAULT_MODEL
-  raw = tff_data.load('shakespeare', options.cache_dir,
-                      options.use_synthetic_data)
-  train = tff_data.select_clients(raw.train, options.num_clients, options.seed)
+  raw, train = tff_data.load_clients('shakespeare', options)
   create_task = (
       char_prediction_tasks.create_character_prediction_task_from_datasets)
   baseline = create_task(
@@ -58,13 +51,7 @@ def build(options: registry.TaskOptions) -> base.Task:
         lambda: models.shakespeare_gru(VOCAB_SIZE, units=units),
         datasets.element_type_structure, metrics_fn=_metrics)
 
-  return base.Task(
-      name=NAME,
-      train_data=train,
-      preprocess_fn=datasets.train_preprocess_fn,
-      model_fn=model_fn,
-      test_data=tff_data.centralized_test_data(raw.test,
-                                               datasets.eval_preprocess_fn),
-      info=tff_data.task_info(raw, train, model, vocab_size=VOCAB_SIZE,
-                              sequence_length=SEQUENCE_LENGTH,
-                              eval_batch_size=32))
+  return tff_data.baseline_task(NAME, raw, train, model, datasets.train_preprocess_fn,
+                                model_fn, datasets.eval_preprocess_fn,
+                                vocab_size=VOCAB_SIZE, sequence_length=SEQUENCE_LENGTH,
+                                eval_batch_size=32)

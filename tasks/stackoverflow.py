@@ -50,14 +50,9 @@ def _vocab(kind: str, size: int, options: registry.TaskOptions) -> list[str]:
 def _finish(name: str, baseline, raw: tff_data.RawData, train, model: str,
             model_fn=None, **info) -> base.Task:
   datasets = baseline.datasets
-  return base.Task(
-      name=name,
-      train_data=train,
-      preprocess_fn=datasets.train_preprocess_fn,
-      model_fn=model_fn or baseline.model_fn,
-      test_data=tff_data.centralized_test_data(raw.test,
-                                               datasets.eval_preprocess_fn),
-      info=tff_data.task_info(raw, train, model, **info))
+  return tff_data.baseline_task(name, raw, train, model, datasets.train_preprocess_fn,
+                                model_fn or baseline.model_fn,
+                                datasets.eval_preprocess_fn, **info)
 
 
 def _tag_mean_loss_model_fn(word_vocab_size: int, tag_vocab_size: int, element_spec):
@@ -69,11 +64,6 @@ def _tag_mean_loss_model_fn(word_vocab_size: int, tag_vocab_size: int, element_s
                tf.keras.metrics.Recall(top_k=5, name='recall_at_5')])
 
 
-@registry.register(
-    'stackoverflow_tag', ('logreg', 'logreg_mean'),
-    'StackOverflow tag prediction (342,477 users; TFF stackoverflow.sqlite): '
-    '1-vs-rest logistic regression, 10k-word bag of words -> 500 tags, '
-    'recall@5; logreg_mean: loss averaged over the batch (paper 000)')
 def build_tag(options: registry.TaskOptions) -> base.Task:
   raw = tff_data.load('stackoverflow', options.cache_dir,
                       options.use_synthetic_data)
@@ -94,10 +84,6 @@ def build_tag(options: registry.TaskOptions) -> base.Task:
                  tag_vocab_size=len(tag_vocab), eval_batch_size=100)
 
 
-@registry.register(
-    'stackoverflow_word', ('lstm',),
-    'StackOverflow next-word prediction (342,477 users; TFF '
-    "stackoverflow.sqlite): TFF's LSTM, 10k vocabulary, sequences of 20")
 def build_word(options: registry.TaskOptions) -> base.Task:
   raw = tff_data.load('stackoverflow', options.cache_dir,
                       options.use_synthetic_data)

@@ -29,7 +29,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tasks.base import TaskError
+from tasks.base import Task, TaskError
 
 ALLOW_DOWNLOAD_ENV = 'TFF_ALGOS_ALLOW_DOWNLOAD'
 _BUCKET = 'https://storage.googleapis.com/tff-datasets-public/'
@@ -304,6 +304,24 @@ def stackoverflow_vocab(kind: str, size: int, cache_dir: Optional[str] = None,
 
 
 # ------------------------------------------------------- shared task helpers
+
+
+def load_clients(dataset: str, options) -> tuple[RawData, tff.simulation.datasets.ClientData]:
+  """`dataset`'s splits and the training clients `options` select (`TaskOptions`:
+  cache_dir, use_synthetic_data, num_clients, seed)."""
+  raw = load(dataset, options.cache_dir, options.use_synthetic_data)
+  return raw, select_clients(raw.train, options.num_clients, options.seed)
+
+
+def baseline_task(name: str, raw: RawData, train: tff.simulation.datasets.ClientData,
+                  model: str, preprocess_fn, model_fn, eval_preprocess_fn,
+                  augment_fn=None, **info: Any) -> Task:
+  """The `Task` of a TFF baseline's data: its training clients, the test
+  clients' examples as one centralised test set, and `task_info`."""
+  return Task(name=name, train_data=train, preprocess_fn=preprocess_fn,
+              model_fn=model_fn,
+              test_data=centralized_test_data(raw.test, eval_preprocess_fn),
+              augment_fn=augment_fn, info=task_info(raw, train, model, **info))
 
 
 def train_client_spec(batch_size: int) -> tff.simulation.baselines.ClientSpec:

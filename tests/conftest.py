@@ -70,3 +70,18 @@ def offline(monkeypatch):
     raise AssertionError(f'network access attempted: {args}')
 
   monkeypatch.setattr(socket, 'create_connection', no_network)
+
+
+@pytest.fixture(scope='module')
+def task():
+  """The digits task with its logistic model: 20 clients, batches of 16 (a test
+  module may define its own `task`)."""
+  from tasks import TaskOptions, get_task  # pylint: disable=g-import-not-at-top
+  return get_task('digits', TaskOptions(batch_size=16, num_clients=20, model='logistic'))
+
+
+@pytest.fixture(scope='module')
+def client_data(task, request):
+  """Fixed (unshuffled) datasets of the first `NUM_CLIENTS` clients (the test
+  module's constant) of `task`: identical input for every process compared."""
+  return [task.client_dataset(cid) for cid in task.client_ids[:request.module.NUM_CLIENTS]]

@@ -16,26 +16,15 @@ import tensorflow_federated as tff
 from tasks import base
 
 
-class LeastSquaresModel(base.MeanLossMetric, tff.learning.models.VariableModel):
+class LeastSquaresModel(base.MeanLossMetric, base.PlainModel):
   """w in R^d (no bias); batch {'x': [B, d], 'y': [B]}."""
 
   def __init__(self, dim: int):
     self._w = tf.Variable(tf.zeros([dim]), name='w')
-    self._dim = dim
     self._init_loss_metric()
-
-  @property
-  def trainable_variables(self):
-    return [self._w]
-
-  @property
-  def non_trainable_variables(self):
-    return []
-
-  @property
-  def input_spec(self):
-    return collections.OrderedDict(x=tf.TensorSpec([None, self._dim], tf.float32),
-                                   y=tf.TensorSpec([None], tf.float32))
+    self._weights = [self._w]
+    self._input_spec = collections.OrderedDict(x=tf.TensorSpec([None, dim], tf.float32),
+                                               y=tf.TensorSpec([None], tf.float32))
 
   @tf.function
   def predict_on_batch(self, x, training=True):

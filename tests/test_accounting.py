@@ -10,6 +10,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from processes import run_crashed_then_resumed
 from tasks import TaskOptions
 from tasks import embedded
 from tff_algos import fedopt, training
@@ -146,17 +147,8 @@ def test_cost_columns_accumulate_and_continue_across_a_resume(task, tmp_path):
     np.testing.assert_allclose([r[cum] for r in rows], np.cumsum([r[key] for r in rows]))
   assert rows[-1]['cum_upload_bytes'] == 5 * 4 * algorithm.traffic.upload_bytes
 
-  class Crash(Exception):
-    pass
-
-  def crash_at_4(done, state, row):
-    if done == 4:
-      raise Crash()
-
   out = str(tmp_path / 'crashed')
-  with pytest.raises(Crash):
-    training.run_training(algorithm, task, config(out, 5), round_callback=crash_at_4)
-  resumed = training.run_training(algorithm, task, config(out, 5))
+  resumed = run_crashed_then_resumed(algorithm, task, config(out, 5), crash_after=4)
   assert resumed.resumed_from == 2
   assert resumed.history[0]['round'] == 3
   on_disk = training.read_metrics(os.path.join(out, 'metrics.csv'))

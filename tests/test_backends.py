@@ -48,17 +48,7 @@ def no_tf32():
   tf.config.experimental.enable_tensor_float_32_execution(False)
   yield
   tf.config.experimental.enable_tensor_float_32_execution(before)
-NUM_CLIENTS = 5  # odd: two workers get 3 and 2 clients
-
-
-@pytest.fixture(scope='module')
-def task():
-  return get_task('digits', TaskOptions(batch_size=16, num_clients=20, model='logistic'))
-
-
-@pytest.fixture(scope='module')
-def client_data(task):
-  return [task.client_dataset(cid) for cid in task.client_ids[:NUM_CLIENTS]]
+NUM_CLIENTS = 5  # odd: two workers get 3 and 2 clients (conftest's client_data)
 
 
 def run_rounds(process, data, rounds, context=None, stateful=False):

@@ -20,7 +20,9 @@ def state(value):
 
 def assert_state(got, value):
   want = INITIAL if value is None else state(value)
+  assert len(got) == len(want)
   for a, b in zip(got, want):
+    assert np.asarray(a).dtype == b.dtype and np.shape(a) == b.shape
     np.testing.assert_array_equal(a, b)
 
 

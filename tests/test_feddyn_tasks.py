@@ -8,7 +8,7 @@ import pytest
 import tensorflow as tf
 
 from tasks import TaskError, TaskOptions, feddyn_data, get_task, models, partition
-from tasks import leaf_shakespeare
+from tasks import catalog, leaf_shakespeare
 from tff_algos import metrics_tables, training
 
 
@@ -82,7 +82,7 @@ def test_stratified_split_gives_every_client_equal_class_counts():
     assert np.bincount(labels[part], minlength=10).tolist() == [5] * 10
   assert not np.array_equal(parts[0], feddyn_data.stratified_split(labels, 4, seed=2)[0])
   with pytest.raises(TaskError, match='unbalanced_sigma'):
-    feddyn_data.check_split_options(TaskOptions(partition='stratified', unbalanced_sigma=0.3))
+    catalog.check_paper003_split(TaskOptions(partition='stratified', unbalanced_sigma=0.3))
 
 
 def test_feddyn_split_rejects_other_schemes():

@@ -7,22 +7,11 @@ import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tasks import TaskOptions, get_task
+from processes import run_rounds, trainable
 from tff_algos import fedopt
 from tff_algos.core import optimizers
 
 NUM_CLIENTS = 4
-
-
-@pytest.fixture(scope='module')
-def task():
-  return get_task('digits', TaskOptions(batch_size=16, num_clients=20, model='logistic'))
-
-
-@pytest.fixture(scope='module')
-def client_data(task):
-  # Fixed, unshuffled datasets: identical input for both implementations.
-  return [task.client_dataset(cid) for cid in task.client_ids[:NUM_CLIENTS]]
 
 
 @pytest.fixture(scope='module')
@@ -32,20 +21,6 @@ def init_weights(task):
   return tff.learning.models.ModelWeights(
       trainable=[v.numpy() for v in model.trainable_variables],
       non_trainable=[v.numpy() for v in model.non_trainable_variables])
-
-
-def run_rounds(process, init_weights, data, rounds):
-  state = process.set_model_weights(process.initialize(), init_weights)
-  outputs = []
-  for _ in range(rounds):
-    out = process.next(state, data)
-    state = out.state
-    outputs.append(out)
-  return state, outputs
-
-
-def trainable(process, state):
-  return [np.asarray(w) for w in process.get_model_weights(state).trainable]
 
 
 def assert_close(a, b, atol):

@@ -1,29 +1,14 @@
 """Mimelite against TFF's build_weighted_mime_lite; MimeXlite's one-batch gradient."""
 
 import numpy as np
-import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tasks import TaskOptions, get_task
+from processes import trainable
 from tff_algos import mime
 from tff_algos.core import gbo_optimizers
 
 NUM_CLIENTS = 3
-
-
-@pytest.fixture(scope='module')
-def task():
-  return get_task('digits', TaskOptions(batch_size=16, num_clients=20, model='logistic'))
-
-
-@pytest.fixture(scope='module')
-def client_data(task):
-  return [task.client_dataset(cid) for cid in task.client_ids[:NUM_CLIENTS]]
-
-
-def trainable(process, state):
-  return [np.asarray(w) for w in process.get_model_weights(state).trainable]
 
 
 def test_mimelite_matches_tff_build_weighted_mime_lite(task, client_data):

@@ -11,6 +11,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from processes import run_rounds
 from tasks import TaskOptions, base, get_task, libsvm, partition
 from tff_algos import fedopt, nastya, registry, training
 from tff_algos.core import adaptive_step, optimizers
@@ -27,7 +28,7 @@ TOTAL = sum(SIZES)
 BATCH = 3
 
 
-class IndexRecorder(tff.learning.models.VariableModel):
+class IndexRecorder(base.PlainModel):
   """A scalar model whose metrics record, per example index, how many times it
   was used and its (last) 1-based position in the client's pass."""
 
@@ -36,23 +37,10 @@ class IndexRecorder(tff.learning.models.VariableModel):
     self._seen = tf.Variable(tf.zeros([TOTAL]), trainable=False)
     self._position = tf.Variable(tf.zeros([TOTAL]), trainable=False)
     self._counter = tf.Variable(0.0, trainable=False)
-
-  @property
-  def trainable_variables(self):
-    return [self._w]
-
-  @property
-  def non_trainable_variables(self):
-    return []
-
-  @property
-  def local_variables(self):
-    return [self._seen, self._position, self._counter]
-
-  @property
-  def input_spec(self):
-    return collections.OrderedDict(x=tf.TensorSpec([None], tf.float32),
-                                   idx=tf.TensorSpec([None], tf.int32))
+    self._weights = [self._w]
+    self._metric_variables = [self._seen, self._position, self._counter]
+    self._input_spec = collections.OrderedDict(x=tf.TensorSpec([None], tf.float32),
+                                               idx=tf.TensorSpec([None], tf.int32))
 
   @tf.function
   def predict_on_batch(self, x, training=True):
@@ -195,14 +183,7 @@ def _fixed_data(task, cids=None):
 
 
 def _run(alg, x0, data, rounds):
-  process = alg.process
-  state = process.set_model_weights(process.initialize(), _weights(x0))
-  outputs = []
-  for _ in range(rounds):
-    out = process.next(state, data)
-    state = out.state
-    outputs.append(out)
-  return state, outputs
+  return run_rounds(alg.process, _weights(x0), data, rounds)
 
 
 def _x(state):

@@ -1,5 +1,9 @@
 """Client splits of centralised data, and the embedded digits task."""
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -63,6 +67,42 @@ def test_registry_lists_every_task_and_rejects_bad_requests():
     get_task('no_such_task')
   with pytest.raises(TaskError, match='no model'):
     get_task('digits', TaskOptions(model='resnet18'))
+
+
+def test_every_declared_task_has_its_builder():
+  for spec in list_tasks().values():
+    assert callable(spec.builder), spec.builder_path
+
+
+_CHECK_WITHOUT_TENSORFLOW = """
+import sys
+import tasks
+bad = [('digits', dict(model='nosuchmodel'), 'no model'),
+       ('no_such_task', {}, 'unknown task'),
+       ('logistic', dict(partition='natural'), 'unknown partition'),
+       ('cifar10_lenet', dict(partition='stratified'), 'unknown partition'),
+       ('feddyn_digits', dict(partition='sorted'), 'paper-003 tasks split'),
+       ('mnist', dict(partition='stratified', unbalanced_sigma=0.3), 'unbalanced_sigma'),
+       ('shakespeare_003', dict(partition='dirichlet'), 'shakespeare_003 splits'),
+       ('synthetic_logistic', dict(synthetic_heterogeneity='type9'), 'heterogeneity')]
+for name, options, message in bad:
+  try:
+    tasks.check_options(name, tasks.TaskOptions(**options))
+    raise SystemExit(f'{name} {options}: accepted')
+  except tasks.TaskError as e:
+    assert message in str(e), (name, str(e))
+tasks.check_options('feddyn_digits', tasks.TaskOptions(partition='stratified'))
+assert tasks.list_tasks()['digits'].models == ('mlp', 'logistic')
+print('tensorflow' in sys.modules)
+"""
+
+
+def test_task_requests_are_checked_without_loading_tensorflow():
+  done = subprocess.run([sys.executable, '-c', _CHECK_WITHOUT_TENSORFLOW],
+                        capture_output=True, text=True, timeout=60, check=False,
+                        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+  assert done.returncode == 0, done.stderr
+  assert done.stdout.strip() == 'False'
 
 
 def test_cifar10_task_loads_through_tensorflow_datasets(tmp_path):

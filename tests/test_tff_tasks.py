@@ -28,14 +28,6 @@ from tasks import tff_data
 pytestmark = pytest.mark.usefixtures('offline')  # no test here reaches the network
 
 
-_EXPECTED_MODELS = {
-    'emnist_character': ('cnn_dropout', 'cnn', '2nn', 'femnist_cnn'),
-    'shakespeare_character': ('lstm', 'gru', 'gru128'),
-    'stackoverflow_tag': ('logreg', 'logreg_mean'),
-    'stackoverflow_word': ('lstm',),
-    'cifar100_image': ('resnet18', 'cnn004'),
-    'emnist_autoencoder': ('tff_ae',),
-}
 _SQLITE_NAME = {
     'emnist_autoencoder': 'emnist_all.sqlite',
     'emnist_character': 'emnist_all.sqlite',
@@ -44,6 +36,9 @@ _SQLITE_NAME = {
     'stackoverflow_word': 'stackoverflow.sqlite',
     'cifar100_image': 'cifar100.sqlite',
 }
+
+
+_TFF_TASKS = tuple(_SQLITE_NAME)  # the tasks over TFF's SQLite datasets
 
 
 def _spec(name: str) -> registry.TaskSpec:
@@ -112,13 +107,16 @@ def test_tff_builders_are_tffs():
 # ------------------------------------------------- every task and every model
 
 
-_ALL = [(name, model) for name, ms in _EXPECTED_MODELS.items() for model in ms]
+_ALL = [(name, model) for name in _TFF_TASKS for model in registry.get_spec(name).models]
 
 
-@pytest.mark.parametrize('name', list(_EXPECTED_MODELS))
-def test_registered_models(name):
-  spec = _spec(name)
-  assert spec.models == _EXPECTED_MODELS[name]
+@pytest.mark.parametrize('name', _TFF_TASKS)
+def test_default_model_is_registered_and_unknown_models_are_refused(name):
+  task = _build(name, use_synthetic_data=True, batch_size=4)
+  assert task.info['model'] in _spec(name).models
+  with pytest.raises(base.TaskError, match=f"task '{name}' has no model 'no_such_model'"):
+    registry.get_task(name, registry.TaskOptions(model='no_such_model',
+                                                 use_synthetic_data=True))
 
 
 @pytest.mark.parametrize('name,model', _ALL)
@@ -412,7 +410,7 @@ def test_cifar100_sqlite_end_to_end(tmp_path):
 # ---------------------------------------------------------- missing files
 
 
-@pytest.mark.parametrize('name', list(_EXPECTED_MODELS))
+@pytest.mark.parametrize('name', _TFF_TASKS)
 def test_missing_file_fails_fast(name, tmp_path):
   start = time.monotonic()
   with pytest.raises(base.TaskError) as err:

@@ -8,6 +8,7 @@ import os
 import numpy as np
 import pytest
 
+from processes import run_crashed_then_resumed
 from tasks import TaskOptions, get_task
 from tff_algos import fedopt, training
 from tff_algos.core import optimizers
@@ -111,17 +112,8 @@ def test_a_round_cut_by_a_swallowed_signal_ends_in_keyboard_interrupt(task, algo
 def test_interrupted_run_resumes_to_the_same_model(task, algorithm, tmp_path):
   full = training.run_training(algorithm, task, config(str(tmp_path / 'full')))
 
-  class Crash(Exception):
-    pass
-
-  def crash_in_6(done, state, row):
-    if done == 6:
-      raise Crash()
-
   out = str(tmp_path / 'crashed')
-  with pytest.raises(Crash):
-    training.run_training(algorithm, task, config(out), round_callback=crash_in_6)
-  resumed = training.run_training(algorithm, task, config(out))
+  resumed = run_crashed_then_resumed(algorithm, task, config(out), crash_after=6)
   assert resumed.resumed_from == 4  # the last checkpoint before the crash
   for x, y in zip(weights(full), weights(resumed)):
     np.testing.assert_array_equal(x, y)

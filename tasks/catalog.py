@@ -1,0 +1,136 @@
+"""Every task: its name, models, description, builder, and the checks of its
+options that need no data.
+
+Imports no TensorFlow, so that a task request with a bad name, model or
+option combination is refused before TensorFlow loads. A task's builder
+(`module:function`) is imported only when the task is built.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from typing import Callable, Optional
+
+from tasks.options import TaskError, TaskOptions
+
+# `partition.split`'s schemes (cifar10_lenet, logistic) and paper 003's.
+SPLITS = ('iid', 'sorted', 'dirichlet')
+FEDDYN_SPLITS = ('iid', 'dirichlet')
+PAPER003_SPLITS = FEDDYN_SPLITS + ('stratified',)
+SHAKESPEARE_003_SPLITS = ('natural', 'iid')
+SYNTHETIC_HETEROGENEITY = ('homogeneous', 'type1', 'type2', 'type3')
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskSpec:
+  name: str
+  builder_path: str          # 'module:function' taking TaskOptions, returning a Task
+  models: tuple[str, ...]
+  description: str
+  check: Optional[Callable[[TaskOptions], None]] = None  # cheap option checks
+
+  @property
+  def builder(self) -> Callable:
+    """The builder function (imports its module, and so TensorFlow)."""
+    module, function = self.builder_path.split(':')
+    return getattr(importlib.import_module(module), function)
+
+
+def _require(value: str, choices: tuple[str, ...], message: str) -> None:
+  if value not in choices:
+    raise TaskError(message)
+
+
+def check_split(options: TaskOptions) -> None:
+  """`partition.split`'s schemes (iid, sorted, dirichlet)."""
+  _require(options.partition, SPLITS, f'unknown partition {options.partition!r}; '
+           f'choose one of {", ".join(SPLITS)}')
+
+
+def check_paper003_split(options: TaskOptions) -> None:
+  """Paper 003's splits and their options."""
+  _require(options.partition, PAPER003_SPLITS, f'paper-003 tasks split '
+           f'{"|".join(PAPER003_SPLITS)}, not {options.partition!r}')
+  if options.partition == 'dirichlet' and options.dirichlet_alpha <= 0:
+    raise TaskError(f'dirichlet_alpha must be > 0, got {options.dirichlet_alpha}')
+  if options.partition == 'stratified' and options.unbalanced_sigma:
+    raise TaskError('--partition=stratified gives every client the same class counts: '
+                    'leave --unbalanced_sigma at 0')
+
+
+def check_heterogeneity(options: TaskOptions) -> None:
+  value = options.synthetic_heterogeneity
+  _require(value, SYNTHETIC_HETEROGENEITY, f'unknown heterogeneity {value!r}; '
+           f'choose one of {", ".join(SYNTHETIC_HETEROGENEITY)}')
+
+
+def check_shakespeare_003_split(options: TaskOptions) -> None:
+  _require(options.partition, SHAKESPEARE_003_SPLITS, f'shakespeare_003 splits '
+           f'{"|".join(SHAKESPEARE_003_SPLITS)} (--partition), not {options.partition!r}')
+
+
+def _paper003(name: str, function: str, models: tuple[str, ...],
+              description: str) -> TaskSpec:
+  return TaskSpec(name, f'tasks.feddyn_data:{function}', models, description,
+                  check_paper003_split)
+
+
+TASKS = (
+    TaskSpec('digits', 'tasks.embedded:build', ('mlp', 'logistic'),
+             'scikit-learn digits, Dirichlet label skew (offline default)'),
+    TaskSpec('quadratic', 'tasks.quadratic:build', ('scalar',),
+             'paper 000 §3 toy: f(x; z) = z x^2/2 - x, z ~ z^-1/2 on [1,3]'),
+    TaskSpec('emnist_character', 'tasks.emnist:build',
+             ('cnn_dropout', 'cnn', '2nn', 'femnist_cnn'),
+             'Federated EMNIST-62 (FEMNIST, 3,400 writers; TFF emnist_all.sqlite): '
+             "TFF's cnn_dropout/cnn/2nn or the papers' femnist_cnn"),
+    TaskSpec('shakespeare_character', 'tasks.shakespeare:build', ('lstm', 'gru', 'gru128'),
+             'Shakespeare next-character prediction (715 roles; TFF shakespeare.sqlite):'
+             " TFF's LSTM or the papers' GRUs (256 / 128 units)"),
+    TaskSpec('stackoverflow_tag', 'tasks.stackoverflow:build_tag', ('logreg', 'logreg_mean'),
+             'StackOverflow tag prediction (342,477 users; TFF stackoverflow.sqlite): '
+             '1-vs-rest logistic regression, 10k-word bag of words -> 500 tags, '
+             'recall@5; logreg_mean: loss averaged over the batch (paper 000)'),
+    TaskSpec('stackoverflow_word', 'tasks.stackoverflow:build_word', ('lstm',),
+             'StackOverflow next-word prediction (342,477 users; TFF '
+             "stackoverflow.sqlite): TFF's LSTM, 10k vocabulary, sequences of 20"),
+    TaskSpec('cifar100_image', 'tasks.cifar100:build', ('resnet18', 'cnn004'),
+             'Federated CIFAR-100 (500 clients, Pachinko allocation; TFF '
+             "cifar100.sqlite): TFF's GroupNorm ResNet-18 (24x24) or paper 004's CNN "
+             '(28x28)'),
+    TaskSpec('logistic', 'tasks.libsvm:build', ('logreg',),
+             'l2-regularised logistic regression on a LIBSVM file '
+             '(--libsvm_path) or, offline, sklearn breast cancer (paper 001)', check_split),
+    TaskSpec('cifar10_lenet', 'tasks.cifar10:build', ('lenet5',),
+             'LeNet-5 on CIFAR-10 from a prepared tensorflow-datasets '
+             'cifar10 (paper 001; use --client_batch_size=1024)', check_split),
+    _paper003('feddyn_digits', 'build_digits', ('mlp_200_100', 'logistic'),
+              'scikit-learn digits split as paper 003 (iid|dirichlet, '
+              '--unbalanced_sigma), 100 clients (offline)'),
+    _paper003('mnist', 'build_mnist', ('mlp_200_100',),
+              'MNIST (prepared TFDS), paper 003 splits, MLP 200-100'),
+    _paper003('emnist_letters10', 'build_emnist_letters10', ('mlp_200_100',),
+              "EMNIST-L: first 10 letters of TFDS 'emnist/letters' "
+              '(prepared), paper 003 splits, MLP 200-100'),
+    _paper003('cifar10', 'build_cifar10', ('cnn003',),
+              'CIFAR-10 (prepared TFDS), paper 003 splits and CNN'),
+    _paper003('cifar100_split', 'build_cifar100', ('cnn003',),
+              "CIFAR-100 (prepared TFDS) split as paper 003 (not TFF's "
+              'federated CIFAR-100), paper 003 CNN'),
+    TaskSpec('synthetic_logistic', 'tasks.feddyn_data:build_synthetic', ('logreg',),
+             'paper 003 A.1 synthetic multiclass logistic problem, 20 '
+             'clients; --synthetic_heterogeneity=homogeneous|type1|type2|type3',
+             check_heterogeneity),
+    TaskSpec('shakespeare_003', 'tasks.feddyn_data:build_shakespeare', ('lstm100',),
+             "paper 003's Shakespeare: 100 devices x 2,000 samples (80 characters "
+             "-> the next), --partition=natural (roles) | iid; 2 x LSTM 100",
+             check_shakespeare_003_split),
+    TaskSpec('emnist_autoencoder', 'tasks.emnist_autoencoder:build', ('tff_ae',),
+             "Federated EMNIST-62 autoencoder (3,400 writers; TFF emnist_all.sqlite): TFF's "
+             'bottleneck autoencoder, MSE (Reddi et al.)'),
+    TaskSpec('cifar10_image', 'tasks.cifar10_image:build', ('resnet18',),
+             'CIFAR-10 over 500 clients of 100 images by LDA label skew (Reddi et al.; '
+             "prepared tensorflow-datasets cifar10 in --cache_dir): TFF's GroupNorm ResNet-18, "
+             '24x24 random crops and flips'),
+)

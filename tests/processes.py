@@ -1,0 +1,41 @@
+"""Driving a TFF learning process in tests: rounds from given weights, the
+trainable weights it ends with, and a training run crashed and resumed."""
+
+import numpy as np
+import pytest
+
+from tff_algos import training
+
+
+def run_rounds(process, weights, data, rounds):
+  """`rounds` rounds of `process` on the same client datasets, starting from
+  `weights` (`ModelWeights`); returns (final state, each round's output)."""
+  state = process.set_model_weights(process.initialize(), weights)
+  outputs = []
+  for _ in range(rounds):
+    out = process.next(state, data)
+    state = out.state
+    outputs.append(out)
+  return state, outputs
+
+
+def trainable(process, state):
+  return [np.asarray(w) for w in process.get_model_weights(state).trainable]
+
+
+class Crash(Exception):
+  """A run stopped by `run_crashed_then_resumed` after a given round."""
+
+
+def run_crashed_then_resumed(algorithm, task, config, crash_after: int):
+  """`training.run_training` of `config` stopped by an exception right after
+  round `crash_after` (its outputs written), then the same run again: the
+  resumed run's result."""
+  def crash(done, state, row):
+    del state, row
+    if done == crash_after:
+      raise Crash()
+
+  with pytest.raises(Crash):
+    training.run_training(algorithm, task, config, round_callback=crash)
+  return training.run_training(algorithm, task, config)

@@ -16,6 +16,8 @@ keys x_star, surrogate_minimiser, final_x, client_steps. Writes figure1.png.
 
 from __future__ import annotations
 
+import csv
+import dataclasses
 import json
 import os
 
@@ -52,6 +54,7 @@ flags.DEFINE_integer('average_last', 1, 'final_x averages the mean model over th
 flags.DEFINE_integer('seed', 0, 'Seed of the population and of sampling.')
 flags.DEFINE_string('output_dir', 'runs/quadratic_toy', 'Where runs, table and figure go.')
 flags.DEFINE_bool('progress', True, 'Show progress bars.')
+flags.DEFINE_integer('rounds_per_call', 50, 'Rounds run by one call of the TFF computation.')
 FLAGS = flags.FLAGS
 
 
@@ -60,19 +63,108 @@ def validate():
   unknown = [r for r in FLAGS.runs if r not in RUNS]
   if unknown:
     raise ValueError(f'unknown runs {unknown}; choose from {list(RUNS)}')
-  for name in ('rounds', 'seeds', 'clients_per_round', 'average_last', 'num_clients'):
+  for name in ('rounds', 'seeds', 'clients_per_round', 'average_last', 'num_clients',
+               'rounds_per_call'):
     if getattr(FLAGS, name) < 1:
       raise ValueError(f'--{name} must be >= 1')
+  if FLAGS.clients_per_round > FLAGS.num_clients:
+    raise ValueError('--clients_per_round cannot exceed --num_clients')
   if FLAGS.average_last > FLAGS.rounds:
     raise ValueError('--average_last cannot exceed --rounds')
   if FLAGS.server_learning_rate <= 0 or FLAGS.client_learning_rate <= 0:
     raise ValueError('learning rates must be > 0')
 
 
-def run_name_dir(name: str) -> str:
-  tag = (f'{name}_R{FLAGS.rounds}_S{FLAGS.seeds}_eta{FLAGS.server_learning_rate:g}'
-         f'_g{FLAGS.client_learning_rate:g}_M{FLAGS.clients_per_round}_seed{FLAGS.seed}')
-  return os.path.join(FLAGS.output_dir, tag)
+def lane_steps(names, round_num: int) -> np.ndarray:
+  """K_t of each run (lane) in round t, from its `schedules.LocalSteps`."""
+  from tff_algos.core import schedules
+  return np.array([schedules.LocalSteps(RUNS[n]['local_steps'],
+                                        RUNS[n].get('local_steps_decay', 1.0))(round_num)
+                   for n in names])
+
+
+@dataclasses.dataclass(frozen=True)
+class LaneLearningRates:
+  """gamma_t of every lane, [L, 1] (each lane's own `schedules.ExponentialDecay`),
+  in the place of `ClientSchedule.learning_rate`."""
+  rates: tuple
+
+  def __call__(self, t):
+    import tensorflow as tf
+    if isinstance(t, (tf.Tensor, tf.Variable)):
+      return tf.stack([r(t) for r in self.rates])[:, None]
+    return np.array([r(t) for r in self.rates], np.float32)[:, None]
+
+
+def build_lanes(names, gamma: float, eta: float, num_runs: int):
+  """One FedAvg (FedOpt, server SGD at eta) over the stacked model whose lane l
+  is run names[l]: gamma_t per lane from the round number in the state; K_t per
+  lane carried by the clients' datasets (`quadratic.lane_client_dataset`),
+  which the client loop runs through once."""
+  from tasks import quadratic
+  from tff_algos import fedopt
+  from tff_algos.core import client_work, optimizers, schedules
+  rates = LaneLearningRates(tuple(schedules.ExponentialDecay(
+      gamma, RUNS[n].get('client_lr_decay', 1.0)) for n in names))
+  schedule = client_work.ClientSchedule(learning_rate=rates, local_steps=None, epochs=1)
+  import tensorflow_federated as tff
+  work = client_work.build_client_work(
+      lambda: quadratic.LaneQuadraticModel(len(names), num_runs),
+      optimizers.OptimizerSpec('sgd', gamma).build(), schedule,
+      client_weighting=tff.learning.ClientWeighting.UNIFORM)
+  return fedopt.compose('fedavg_lanes', lambda: quadratic.LaneQuadraticModel(
+      len(names), num_runs), work, optimizers.OptimizerSpec('sgd', eta).build())
+
+
+def multi_round(process, rounds: int):
+  """`rounds` rounds of `process` as one TFF computation:
+  (state, <round data>*rounds) -> (state, <global model x after each round>)."""
+  import tensorflow_federated as tff
+  state_type, data_type = process.next.type_signature.parameter
+
+  @tff.federated_computation(state_type, tff.StructType([data_type] * rounds))
+  def run(state, data):
+    xs = []
+    for r in range(rounds):
+      state = process.next(state, data[r]).state
+      xs.append(tff.federated_map(process.get_model_weights, state).trainable[0])
+    return state, tuple(xs)
+  return run
+
+
+def run_lanes(names, rounds: int, seeds: int, progress: bool = False) -> np.ndarray:
+  """The runs `names` (lanes) x `seeds` (runs) over `rounds` rounds, with the
+  flags' population, cohort size and learning rates; returns the global model
+  after every round, [rounds, lanes, seeds]."""
+  from tasks import quadratic
+  from tff_algos import training
+  z = quadratic.population(seeds, FLAGS.num_clients, FLAGS.seed)
+  ids = list(range(FLAGS.num_clients))
+  process = build_lanes(names, FLAGS.client_learning_rate, FLAGS.server_learning_rate,
+                        seeds).process
+  state = process.initialize()  # x_1 = 0.4 in every coordinate: no randomness
+  xs = np.empty((rounds, len(names), seeds), np.float32)
+  computations = {}
+  bar = None
+  if progress:
+    from tqdm import tqdm
+    bar = tqdm(total=rounds, unit='round', desc='all runs', dynamic_ncols=True)
+  for start in range(0, rounds, FLAGS.rounds_per_call):
+    n = min(FLAGS.rounds_per_call, rounds - start)
+    if n not in computations:
+      computations[n] = multi_round(process, n)
+    data = []
+    for t in range(start, start + n):
+      steps = lane_steps(names, t)
+      cohort = training.sample_clients(ids, FLAGS.clients_per_round, FLAGS.seed, t)
+      data.append([quadratic.lane_client_dataset(z[c], steps) for c in cohort])
+    state, out = computations[n](state, data)
+    xs[start:start + n] = np.stack([np.asarray(x) for x in out])
+    if bar is not None:
+      bar.update(n)
+  if bar is not None:
+    bar.close()
+  return xs
 
 
 def main(argv):
@@ -83,47 +175,20 @@ def main(argv):
   except ValueError as e:
     return common.fail(e)
   from tasks import quadratic
-  from tff_algos import fedopt, training
-  from tff_algos.core import optimizers, schedules
+  from tff_algos.core import schedules
 
   gamma = FLAGS.client_learning_rate
   x_star = quadratic.true_minimiser()
   surrogate = {k: quadratic.surrogate_minimiser(gamma, k) for k in (3, 10, 33)}
-  task = quadratic.build_quadratic(num_runs=FLAGS.seeds, num_clients=FLAGS.num_clients,
-                                   seed=FLAGS.seed)
-  final_x, client_steps, curves = {}, {}, {}
-
-  def record(done, state, row):
-    x = np.asarray(state.global_model_weights.trainable[0])
-    row['x_mean'] = float(x.mean())
-    row['x_std'] = float(x.std())
-
   with runtime_flags.managed_context():
-    for name in FLAGS.runs:
-      spec = RUNS[name]
-      config = fedopt.FedOptConfig(
-          client_optimizer=optimizers.OptimizerSpec('sgd', gamma),
-          server_optimizer=optimizers.OptimizerSpec('sgd', FLAGS.server_learning_rate),
-          uniform_weighting=True, **spec)
-      algorithm = fedopt.build_fedopt(task.model_fn, config, name=name)
-      out_dir = run_name_dir(name)
-      training.run_training(
-          algorithm, task,
-          training.RunConfig(total_rounds=FLAGS.rounds,
-                             clients_per_round=FLAGS.clients_per_round,
-                             seed=FLAGS.seed, rounds_per_eval=0,
-                             rounds_per_checkpoint=max(1, min(100, FLAGS.rounds)),
-                             output_dir=out_dir, progress=FLAGS.progress),
-          round_callback=record,
-          initial_weights=_initial(task))
-      rows = report.read_metrics(os.path.join(out_dir, 'metrics.csv'))
-      xs = np.array([r['x_mean'] for r in rows])
-      curves[name] = xs
-      final_x[name] = float(xs[-FLAGS.average_last:].mean())
-      client_steps[name] = int(round(sum(r['client_work/client_steps'] for r in rows)
-                                     / FLAGS.clients_per_round))
-      steps = schedules.LocalSteps(spec['local_steps'], spec.get('local_steps_decay', 1.0))
-      assert client_steps[name] == steps.total(FLAGS.rounds), (name, client_steps[name])
+    xs = run_lanes(FLAGS.runs, FLAGS.rounds, FLAGS.seeds, FLAGS.progress)
+  curves = {name: np.array([float(x.mean()) for x in xs[:, lane]])
+            for lane, name in enumerate(FLAGS.runs)}
+  final_x = {name: float(c[-FLAGS.average_last:].mean()) for name, c in curves.items()}
+  client_steps = {name: schedules.LocalSteps(
+      RUNS[name]['local_steps'], RUNS[name].get('local_steps_decay', 1.0)).total(FLAGS.rounds)
+                  for name in FLAGS.runs}
+  write_curves(curves)
 
   table = []
   for name in FLAGS.runs:
@@ -145,11 +210,17 @@ def main(argv):
   return 0
 
 
-def _initial(task):
-  import tensorflow_federated as tff
-  model = task.model_fn()  # x_1 = 0.4 in every coordinate: no randomness
-  return tff.learning.models.ModelWeights(
-      trainable=[v.numpy() for v in model.trainable_variables], non_trainable=[])
+def write_curves(curves) -> str:
+  """The mean model over seeds after every round, one column per run."""
+  os.makedirs(FLAGS.output_dir, exist_ok=True)
+  path = os.path.join(FLAGS.output_dir, 'curves.csv')
+  names = list(curves)
+  with open(path, 'w', newline='') as f:
+    writer = csv.writer(f)
+    writer.writerow(['round'] + names)
+    for t in range(len(curves[names[0]])):
+      writer.writerow([t + 1] + [repr(float(curves[n][t])) for n in names])
+  return path
 
 
 def plot(curves, x_star, surrogate) -> str:

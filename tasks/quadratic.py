@@ -99,10 +99,15 @@ def build(options: TaskOptions) -> base.Task:
                          seed=options.seed)
 
 
+def population(num_runs: int, num_clients: int, seed: int) -> np.ndarray:
+  """The clients' points, [num_clients, num_runs] float32 (client k, run s)."""
+  rng = np.random.default_rng(seed)
+  return sample_z((num_clients, 1, num_runs), rng).astype(np.float32)[:, 0, :]
+
+
 def build_quadratic(num_runs: int = 1, num_clients: int = DEFAULT_CLIENTS,
                     seed: int = 0, x_init: float = X_INIT) -> base.Task:
-  rng = np.random.default_rng(seed)
-  z = sample_z((num_clients, 1, num_runs), rng).astype(np.float32)
+  z = population(num_runs, num_clients, seed)[:, None, :]
   train = partition.to_client_data(collections.OrderedDict(z=z),
                                    [np.array([k]) for k in range(num_clients)])
   return base.Task(
@@ -111,6 +116,62 @@ def build_quadratic(num_runs: int = 1, num_clients: int = DEFAULT_CLIENTS,
       model_fn=lambda: QuadraticModel(num_runs, x_init), shuffle=False,
       info=dict(model='scalar', num_train_clients=num_clients, num_runs=num_runs,
                 x_star=true_minimiser(), source='generated'))
+
+
+class LaneQuadraticModel(base.MeanLossMetric, tff.learning.models.VariableModel):
+  """Lanes x runs: x in R^{L x S}; batch {'z': [B, S], 'active': [B, L]}.
+
+  loss = mean_b sum_{l,s} active[b, l] (z[b, s] x[l, s]^2 / 2 - x[l, s]).
+  Lane l is one configuration (e.g. a schedule of paper 000's Figure 1), each
+  with the same S runs. A step whose batch has active[b, l] = 0 gives lane l
+  a gradient of exactly 0, so client SGD leaves the lane where it is: a
+  client's dataset of K_max batches in which lane l is active in the first K_l
+  runs K_l local steps in lane l, every lane in one local loop. An active
+  lane's gradient (z x - 1) is computed by the same operations as
+  `QuadraticModel`'s, so each lane follows its separate run exactly.
+  """
+
+  def __init__(self, num_lanes: int, num_runs: int, x_init: float = X_INIT):
+    self._num_lanes, self._num_runs = num_lanes, num_runs
+    self._x = tf.Variable(tf.fill([num_lanes, num_runs], tf.constant(x_init, tf.float32)),
+                          name='x')
+    self._init_loss_metric()
+
+  trainable_variables = property(lambda self: [self._x])
+  non_trainable_variables = property(lambda self: [])
+
+  @property
+  def input_spec(self):
+    return collections.OrderedDict(
+        z=tf.TensorSpec([None, self._num_runs], tf.float32),
+        active=tf.TensorSpec([None, self._num_lanes], tf.float32))
+
+  def predict_on_batch(self, x, training=True):
+    del training
+    return x[:, None, :] * self._x  # z * x: the gradient's data term, per lane
+
+  # Not a tf.function: its few ops then sit in the local loop's body instead
+  # of two function calls (forward and backward) per local step.
+  def forward_pass(self, batch_input, training=True):
+    z = batch_input['z'][:, None, :]                          # [B, 1, S]
+    active = batch_input['active'][:, :, None]                # [B, L, 1]
+    per_run = active * (0.5 * z * tf.square(self._x) - self._x)  # [B, L, S]
+    loss = tf.reduce_mean(tf.reduce_sum(per_run, axis=[1, 2]))
+    n = tf.shape(z)[0]
+    self._record_loss(loss * tf.cast(n, tf.float32) / self._num_runs, n)
+    return tff.learning.models.BatchOutput(loss=loss, predictions=z, num_examples=n)
+
+
+def lane_client_dataset(z: np.ndarray, lane_steps) -> tf.data.Dataset:
+  """A client holding the point z ([S]) for lanes taking `lane_steps[l]` local
+  steps: max(lane_steps) batches of one example, lane l active in the first
+  lane_steps[l] of them (`LaneQuadraticModel`)."""
+  lane_steps = np.asarray(lane_steps)
+  steps = int(lane_steps.max())
+  active = (np.arange(steps)[:, None] < lane_steps[None, :]).astype(np.float32)
+  return tf.data.Dataset.from_tensor_slices(collections.OrderedDict(
+      z=np.broadcast_to(np.asarray(z, np.float32), (steps, 1, len(z))),
+      active=active[:, None, :]))
 
 
 class QuadraticFormModel(base.MeanLossMetric, tff.learning.models.VariableModel):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 from typing import Iterable, Optional, Sequence
 
 
@@ -157,3 +158,23 @@ def markdown_table(header: Sequence[str], rows: Iterable[Sequence],
   lines = ['| ' + ' | '.join(header) + ' |', '|' + '---|' * len(header)]
   lines += ['| ' + ' | '.join(fmt(v) for v in r) + ' |' for r in rows]
   return '\n'.join(lines)
+
+
+def print_run_results(out_dir: str, final_eval: dict) -> None:
+  """The table of evaluations, curves.png and the final evaluation. When
+  metrics.csv has no rows (deleted after the run finished; the checkpoint kept
+  the totals), a note replaces the table and the figure."""
+  path = os.path.join(out_dir, 'metrics.csv')
+  rows = read_metrics(path) if os.path.exists(path) else []
+  if rows:
+    print(training_table(rows))
+    figure = plot_training(rows, os.path.join(out_dir, 'curves.png'),
+                           title=os.path.basename(out_dir))
+  else:
+    print(f'note: {path} is missing or empty, so no table or figure; summary.json '
+          'keeps the totals', file=sys.stderr)
+  final = ', '.join(f'{k}={v:.4f}' for k, v in final_eval.items()
+                    if k not in ('num_examples', 'num_batches'))
+  print(f'final eval: {final}')
+  if rows:
+    print(f'metrics: {path}  figure: {figure}')

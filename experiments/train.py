@@ -77,14 +77,7 @@ def main(argv):
     result = training.run_training(algorithm, task, trainer_flags.run_config(out_dir),
                                    extra_summary={'flags': trainer_flags.flag_values()},
                                    identity=trainer_flags.run_identity())
-  rows = report.read_metrics(os.path.join(out_dir, 'metrics.csv'))
-  print(report.training_table(rows))
-  figure = report.plot_training(rows, os.path.join(out_dir, 'curves.png'),
-                                title=os.path.basename(out_dir))
-  final = ', '.join(f'{k}={v:.4f}' for k, v in result.final_eval.items()
-                    if k not in ('num_examples', 'num_batches'))
-  print(f'final eval: {final}')
-  print(f'metrics: {os.path.join(out_dir, "metrics.csv")}  figure: {figure}')
+  report.print_run_results(out_dir, result.final_eval)
   return 0
 
 

@@ -258,6 +258,21 @@ def test_lost_metrics_rows_keep_the_totals(runs, algorithms, task, tmp_path, cap
   assert_same_model(runs, name, out, result)  # summary totals too
 
 
+def test_a_finished_run_without_metrics_csv_reruns_and_reports_without_it(
+    runs, algorithms, task, tmp_path, capsys):
+  out = damaged_copy(runs, 'fedavg', tmp_path, which='full')
+  os.remove(out / 'metrics.csv')
+  result = resume(algorithms, task, 'fedavg', out)
+  assert result.resumed_from == ROUNDS and not result.history
+  assert summary(out) == summary(runs['fedavg'][0])  # totals from the checkpoint
+  from experiments import report
+  report.print_run_results(str(out), result.final_eval)
+  printed = capsys.readouterr()
+  assert 'metrics.csv is missing or empty, so no table or figure' in printed.err
+  assert 'final eval: ' in printed.out and 'loss=' in printed.out
+  assert not (out / 'curves.png').exists()
+
+
 @pytest.mark.parametrize('line,why', [('abc,def\n', 'fields'),
                                       (None, 'is not a number'), (None, 'round 2 after')])
 def test_a_garbage_metrics_line_is_refused_naming_file_and_line(
@@ -466,3 +481,16 @@ def test_two_runs_at_once_one_refused_the_other_exact(references, tmp_path):
   _, err = first.communicate(timeout=600)
   assert first.returncode == 0, err[-3000:]
   assert_same_as(references('feddyn', 'inprocess'), tmp_path / 'run', 'feddyn')
+
+
+@pytest.mark.slow
+def test_the_binary_reruns_a_finished_run_whose_metrics_csv_was_deleted(
+    references, tmp_path):
+  reference = references('fedavg', 'inprocess')
+  shutil.copytree(reference, tmp_path / 'run')
+  os.remove(tmp_path / 'run' / 'metrics.csv')
+  res = train(tmp_path, 'run', 'fedavg', 'inprocess')
+  assert res.returncode == 0, res.stderr[-3000:]
+  assert 'metrics.csv is missing or empty, so no table or figure' in res.stderr
+  assert 'final eval: ' in res.stdout and 'loss=' in res.stdout
+  assert summary(tmp_path / 'run') == summary(reference)

@@ -7,30 +7,21 @@ and each client's examples are shuffled with a seed derived from
 round-indexed schedules) this makes a run reproducible and makes resuming from
 a checkpoint give exactly the model of an uninterrupted run.
 
-Outputs under `<root_output_dir>/<experiment_name>/` (TFF program tooling):
-`metrics.csv` (one row per round; a resumed run first drops the rows after its
-checkpoint, then appends: TFF's `CSVFileReleaseManager` does the same but
-rewrites the whole file on every release, quadratic in the rounds), TensorBoard
-events (`tff.program.TensorBoardReleaseManager`; rewritten from metrics.csv when a
-resume dropped rows, so no round appears twice), `checkpoints/`
-(`tff.program.FileProgramStateManager`) and `summary.json`. `tff_algos.run_dir`
-guards the directory: one run at a time (a lock), a manifest that vouches for
-each checkpoint (checksums, running totals), a resume from the newest intact
-checkpoint, and refusals when the directory lost what a resume needs.
+Outputs under `<root_output_dir>/<experiment_name>/` (metrics.csv, TensorBoard,
+checkpoints, summary.json) are `tff_algos.run_outputs.RunOutputs`'s;
+`tff_algos.run_dir` guards the directory: one run at a time (a lock), a
+manifest that vouches for each checkpoint (checksums, running totals), a resume
+from the newest intact checkpoint, and refusals when the directory lost what a
+resume needs.
 """
 
 from __future__ import annotations
 
-import asyncio
 import csv
 import dataclasses
 import json
-import os
-import shutil
 import sys
-import tempfile
 import time
-import zlib
 from typing import Any, Callable, Mapping, Optional
 
 import numpy as np
@@ -39,15 +30,21 @@ import tensorflow_federated as tff
 
 from tasks.base import Task
 from tff_algos import run_dir
-from tff_algos.errors import UserError
+from tff_algos import run_outputs
 from tff_algos import runtime
+from tff_algos import sampling
 from tff_algos.core import accounting
-from tff_algos.core import client_state
-from tff_algos.core import crash_points
 from tff_algos.core import local_training
 from tff_algos.core import stateful_process
 from tff_algos.core.algorithm import FederatedAlgorithm
 from tff_algos.errors import UserError
+
+MetricsCSV = run_outputs.MetricsCSV  # metrics.csv's writer
+sample_clients = sampling.sample_clients
+sample_participants = sampling.sample_participants
+draw_cohort = sampling.draw_cohort
+shuffle_seed = sampling.shuffle_seed
+augment_seed = sampling.augment_seed
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,54 +113,6 @@ class RunResult:
   summary: dict[str, Any]
 
 
-def sample_clients(client_ids: list[str], clients_per_round: int, seed: int,
-                   round_num: int) -> list[str]:
-  """Uniformly without replacement within the round; fresh every round."""
-  if clients_per_round > len(client_ids):
-    raise ValueError(f'clients_per_round={clients_per_round} exceeds the '
-                     f'{len(client_ids)} clients of the task')
-  rng = np.random.default_rng([seed, round_num])
-  return [client_ids[i] for i in rng.choice(len(client_ids), clients_per_round,
-                                            replace=False)]
-
-
-def sample_participants(client_ids: list[str], prob: float, seed: int,
-                        round_num: int) -> list[str]:
-  """Each client joins with probability `prob`; redrawn while none joins."""
-  rng = np.random.default_rng([seed, round_num, 3])
-  while True:
-    joined = np.flatnonzero(rng.random(len(client_ids)) < prob)
-    if joined.size:
-      return [client_ids[i] for i in joined]
-
-
-def draw_cohort(client_ids: list[str], config: RunConfig, round_num: int) -> list[str]:
-  """The round's cohort under `config`'s participation scheme."""
-  if config.participation_prob is None:
-    return sample_clients(client_ids, config.clients_per_round, config.seed, round_num)
-  return sample_participants(client_ids, config.participation_prob, config.seed,
-                             round_num)
-
-
-def shuffle_seed(mode: str, seed: int, round_num: int, client_id: str) -> Optional[int]:
-  """Seed of a client's example order in a round (None: no shuffling).
-
-  'rr': a function of (seed, round, client); 'so': of (seed, client) only, so
-  the same permutation is used in every round, across resumes too.
-  """
-  if mode == 'none':
-    return None
-  cid = zlib.crc32(client_id.encode())
-  key = [seed, cid, 2] if mode == 'so' else [seed, round_num, cid, 1]
-  return int(np.random.default_rng(key).integers(2**31 - 1))
-
-
-def augment_seed(seed: int, round_num: int, client_id: str) -> int:
-  """Seed of a client's data augmentation in a round (whatever the shuffle mode)."""
-  cid = zlib.crc32(client_id.encode())
-  return int(np.random.default_rng([seed, round_num, cid, 3]).integers(2**31 - 1))
-
-
 def flatten_metrics(metrics, prefix: str = '') -> dict[str, Any]:
   """Nested measurements -> {'a/b/c': python scalar}."""
   if hasattr(metrics, '_asdict'):
@@ -216,72 +165,6 @@ def build_evaluator(task: Task, max_examples: Optional[int] = None
   return run
 
 
-class MetricsCSV:
-  """Append-only per-round CSV keyed by 'round', truncated once on resume."""
-
-  def __init__(self, path: str, resume_round: int):
-    self.path = path
-    self.fields: list[str] = []
-    self.dropped_rows = False  # rows past `resume_round` were removed
-    rows = []
-    if os.path.exists(path):
-      self.fields, all_rows = run_dir.read_metrics_csv(path)  # UserError: a bad line
-      rows = [r for r in all_rows if float(r['round']) <= resume_round]
-      self.dropped_rows = len(rows) < len(all_rows)
-      self._rewrite(rows)  # also mends a last line cut short by a crash
-    self.kept_rows = [{k: _parse_cell(v) for k, v in r.items() if v != ''} for r in rows]
-
-  def _rewrite(self, rows):
-    tmp = self.path + '.tmp'
-    with open(tmp, 'w', newline='') as f:
-      writer = csv.DictWriter(f, fieldnames=self.fields)
-      writer.writeheader()
-      writer.writerows(rows)
-    os.replace(tmp, self.path)
-
-  def append(self, row: dict[str, Any]):
-    new = [k for k in row if k not in self.fields]
-    if new or not os.path.exists(self.path):
-      rows = []
-      if os.path.exists(self.path):
-        with open(self.path, newline='') as f:
-          rows = list(csv.DictReader(f))
-      self.fields += new
-      self._rewrite(rows)
-    with open(self.path, 'a', newline='') as f:
-      csv.DictWriter(f, fieldnames=self.fields).writerow(row)
-
-
-def _tensorboard(tb_dir: str, dropped_rows: bool,
-                 kept_rows: list[dict[str, Any]]) -> tff.program.TensorBoardReleaseManager:
-  """The run's TensorBoard log, without rounds that the run will repeat.
-
-  A resumed run repeats the rounds after its checkpoint; their first values
-  are already in the event files (written after their CSV rows), and
-  TensorBoard would show both. When `MetricsCSV` dropped such rows, the log is
-  rewritten from the rows it kept (their wall times become the resume's).
-  """
-  if dropped_rows and os.path.isdir(tb_dir):
-    shutil.rmtree(tb_dir)
-    manager = tff.program.TensorBoardReleaseManager(tb_dir)
-    asyncio.run(_release_rows(manager, kept_rows))
-    return manager
-  return tff.program.TensorBoardReleaseManager(tb_dir)
-
-
-async def _release_rows(manager, rows):
-  for row in rows:
-    await manager.release({k: v for k, v in row.items()
-                           if k != 'round' and isinstance(v, float)}, key=int(row['round']))
-
-
-def _parse_cell(value: str):
-  try:
-    return float(value)
-  except ValueError:
-    return value
-
-
 def initial_model_weights(task: Task, seed: int) -> tff.learning.models.ModelWeights:
   """The model's initial weights, drawn after seeding TF, numpy and Python.
 
@@ -332,27 +215,43 @@ def _run_training(algorithm: FederatedAlgorithm, task: Task, config: RunConfig,
   else's run.
   """
   runtime.raise_if_interrupted()  # e.g. a sweep's next run after a Ctrl-C
-  process = algorithm.process
-  client_ids = task.client_ids
-  if config.clients_per_round > len(client_ids):
+  if config.clients_per_round > len(task.client_ids):
     raise RunError(f'clients_per_round={config.clients_per_round} exceeds the '
-                   f'{len(client_ids)} clients of task {task.name!r}; lower '
+                   f'{len(task.client_ids)} clients of task {task.name!r}; lower '
                    'clients_per_round')
   evaluate = build_evaluator(task, config.max_eval_examples)
-  out_dir = config.output_dir
-  state_manager = csv_writer = tb_manager = None
-  if out_dir:
-    os.makedirs(out_dir, exist_ok=True)
-    state_manager = tff.program.FileProgramStateManager(
-        os.path.join(out_dir, 'checkpoints'), prefix='round_', keep_total=2,
-        keep_first=False)
-
-  run_identity = _identity(algorithm, task, config, identity)
-  if out_dir:
-    _check_identity(os.path.join(out_dir, 'run_identity.json'), run_identity)
-  # fwd+bwd FLOPs of the model (issue 6); measured before the seeded init.
+  outputs = run_outputs.RunOutputs(config.output_dir,
+                                   _identity(algorithm, task, config, identity))
+  # fwd+bwd FLOPs of the model; measured before the seeded init.
   model_cost = accounting.model_cost(task.model_fn)
-  client_sizes = accounting.ClientSizes()
+  state, initial_client_state = _initial_state(algorithm, task, config, initial_weights)
+  state, start_round = outputs.resume(state, config.total_rounds)
+  # Stateful clients (FedDyn, SCAFFOLD): their states live in a disk-backed
+  # store, rolled back to the checkpoint's round on resume.
+  if algorithm.stateful_clients:
+    outputs.open_store(initial_client_state, task.client_ids, start_round)
+  one_round = _RoundStep(algorithm, task, config, model_cost, outputs)
+  loop = _RoundLoop(one_round, evaluate, outputs, config, round_callback)
+  state = loop.run(state, start_round)
+  weights = algorithm.process.get_model_weights(state)
+  if not loop.last_eval and task.test_data is not None:
+    loop.last_eval = evaluate(weights, full=True)
+  summary = _summary(algorithm, task, config, model_cost, start_round, loop.wall_s,
+                     len(loop.history), loop.last_eval)
+  summary['totals'] = outputs.totals  # the whole run, resumed parts included
+  last_row = outputs.final_row()
+  if last_row:
+    summary['final_train'] = run_dir.finite_scalars(last_row)
+  summary.update(extra_summary or {})
+  outputs.write_summary(summary, weights)
+  return RunResult(state=state, model_weights=weights, history=loop.history,
+                   final_eval=loop.last_eval, resumed_from=start_round, summary=summary)
+
+
+def _initial_state(algorithm: FederatedAlgorithm, task: Task, config: RunConfig,
+                   initial_weights: Optional[Any]) -> tuple[Any, Any]:
+  """(the process's state at round 0, a never-selected client's state)."""
+  process = algorithm.process
   stateful = algorithm.stateful_clients
   state = (process.initialize(stateful_process.population_of(
       task, process.needs_mean_examples)) if stateful else process.initialize())
@@ -360,183 +259,144 @@ def _run_training(algorithm: FederatedAlgorithm, task: Task, config: RunConfig,
       state, initial_weights if initial_weights is not None
       else initial_model_weights(task, config.seed))
   # A never-selected client's state (may depend on the initial model).
-  initial_client_state = process.initial_client_state(state) if stateful else None
-  start_round, manifest, resumed = 0, None, None
-  if state_manager is not None:
-    manifest = run_dir.Manifest(out_dir)
-    state, start_round = _resume_point(state_manager, manifest, state, config)
-    resumed = manifest.entries.get(start_round)  # None: fresh, or an older run dir
-  kept_rows = []  # metrics.csv's rows up to the checkpoint, parsed
-  if out_dir:
-    csv_writer = MetricsCSV(os.path.join(out_dir, 'metrics.csv'), start_round)
-    kept_rows = csv_writer.kept_rows
-    tb_manager = _tensorboard(os.path.join(out_dir, 'tb'), csv_writer.dropped_rows,
-                              kept_rows)
-  # Running totals of bytes and client FLOPs (issue 6) and summary.json's:
-  # from the checkpoint's manifest entry (metrics.csv may have lost rows), else
-  # from the rows kept in metrics.csv.
-  cumulative = accounting.CumulativeCost(() if resumed else kept_rows)
-  run_totals = run_dir.summary_totals(() if resumed else kept_rows)
-  if resumed:
-    cumulative.totals.update(resumed['cumulative'])
-    run_totals.update(resumed['totals'])
-    _note_lost_rows(csv_writer.path, kept_rows, start_round)
+  return state, (process.initial_client_state(state) if stateful else None)
 
-  # Stateful clients (FedDyn, SCAFFOLD): their states live in a disk-backed
-  # store, rolled back to the checkpoint's round on resume.
-  store = _client_state_store(initial_client_state, task, out_dir, start_round,
-                              (resumed or {}).get('store')) if stateful else None
 
+class _RoundStep:
+  """One round: the cohort, its datasets, the process's step, the row of
+  measurements, costs and running totals (not yet evaluations)."""
+
+  def __init__(self, algorithm: FederatedAlgorithm, task: Task, config: RunConfig,
+               model_cost: accounting.ModelCost, outputs: run_outputs.RunOutputs):
+    self.algorithm, self.task, self.config = algorithm, task, config
+    self.model_cost, self.outputs = model_cost, outputs
+    self.client_sizes = accounting.ClientSizes()
+
+  def __call__(self, state, round_num: int) -> tuple[Any, dict[str, Any], int, bool]:
+    """(new state, the round's row, cohort size, whether every client was dropped)."""
+    t0 = time.perf_counter()
+    config, task, store = self.config, self.task, self.outputs.store
+    cohort = draw_cohort(task.client_ids, config, round_num)
+    data = [task.client_dataset(
+        cid, shuffle_seed(config.shuffle, config.seed, round_num, cid),
+        reshuffle_each_epoch=config.shuffle == 'rr',
+        augment_seed=augment_seed(config.seed, round_num, cid)) for cid in cohort]
+    process = self.algorithm.process
+    try:
+      if store is None:
+        output = process.next(state, data)
+      else:
+        output = process.next(state, data, store.gather(cohort))
+        store.scatter(cohort, output.client_states)
+    except runtime.WorkerStopped:
+      runtime.raise_if_interrupted()  # the signal's KeyboardInterrupt was swallowed
+      raise
+    row = {'round': round_num + 1}
+    row.update(flatten_metrics(output.metrics))
+    m = len(cohort)
+    all_dropped = _all_clients_dropped(row, m)
+    traffic = self.algorithm.traffic
+    row['download_bytes'] = m * traffic.download_bytes
+    row['upload_bytes'] = m * traffic.upload_bytes
+    row['client_flops'] = accounting.round_client_flops(
+        self.algorithm.compute, self.model_cost, row, self.client_sizes, cohort, data)
+    self.outputs.cumulative.update(row)
+    row['round_time_s'] = time.perf_counter() - t0
+    return output.state, row, m, all_dropped
+
+
+class _RoundLoop:
+  """Runs rounds to `config.total_rounds`: evaluations, the callback, outputs,
+  checkpoints, the progress bar, the dropped-clients streak, and a stop on
+  Ctrl-C or SIGTERM (`Stopped`)."""
+
+  def __init__(self, one_round: _RoundStep, evaluate, outputs: run_outputs.RunOutputs,
+               config: RunConfig, round_callback: Optional[RoundCallback]):
+    self.one_round, self.evaluate, self.outputs = one_round, evaluate, outputs
+    self.config, self.round_callback = config, round_callback
+    self.history: list[dict[str, Any]] = []
+    self.last_eval: dict[str, float] = {}
+    self.bar = None
+    self.wall_s = 0.0  # the rounds' wall time
+
+  def run(self, state, start_round: int):
+    config, outputs = self.config, self.outputs
+    rounds = range(start_round, config.total_rounds)
+    if config.progress and len(rounds):
+      from tqdm import tqdm  # pylint: disable=g-import-not-at-top
+      self.bar = tqdm(total=config.total_rounds, initial=start_round, unit='round',
+                      desc=self.one_round.algorithm.name, dynamic_ncols=True)
+    if start_round:
+      print(f'resuming from round {start_round} (checkpoint in {config.output_dir})',
+            flush=True)
+    t_start = time.perf_counter()
+    finished = checkpointed = start_round  # rounds fully written / checkpointed
+    dropped_streak = _DroppedStreak(config.max_rounds_all_dropped, _warner(self.bar))
+    try:
+      for round_num in rounds:
+        runtime.raise_if_interrupted()  # a SIGINT whose KeyboardInterrupt was swallowed
+        state, row, m, all_dropped = self.one_round(state, round_num)
+        done = round_num + 1
+        self._evaluate(state, row, done)
+        if self.round_callback is not None:
+          self.round_callback(done, state, row)  # may add columns to the row
+        self.history.append(row)
+        outputs.record(row)
+        if done % config.rounds_per_checkpoint == 0 or done == config.total_rounds:
+          if outputs.save(state, done):
+            checkpointed = done
+        self._show(row)
+        finished = done
+        dropped_streak.update(done, m, all_dropped)
+    except KeyboardInterrupt as e:
+      resume = ('' if checkpointed == finished
+                else f' (from its checkpoint of round {checkpointed})')
+      raise Stopped(f'stopped after round {finished}; rerun the same command to resume'
+                    f'{resume}') from e
+    finally:
+      self._close()
+    self.wall_s = time.perf_counter() - t_start
+    return state
+
+  def _evaluate(self, state, row: dict[str, Any], done: int) -> None:
+    config = self.config
+    if (config.rounds_per_eval and done % config.rounds_per_eval == 0) or \
+        done == config.total_rounds:
+      self.last_eval = self.evaluate(self.one_round.algorithm.process.get_model_weights(
+          state), full=done == config.total_rounds)
+      row.update({f'eval/{k}': v for k, v in self.last_eval.items()})
+
+  def _show(self, row: dict[str, Any]) -> None:
+    if self.bar is None:
+      return
+    self.bar.update(1)
+    post = {'loss': row.get('client_work/train/loss')}
+    if self.last_eval:
+      post.update({k: v for k, v in list(self.last_eval.items())[:2]})
+    self.bar.set_postfix({k: f'{v:.4g}' for k, v in post.items() if v is not None})
+
+  def _close(self) -> None:
+    if self.bar is not None:
+      self.bar.close()
+    self.outputs.close_store()
+
+
+def _summary(algorithm: FederatedAlgorithm, task: Task, config: RunConfig,
+             model_cost: accounting.ModelCost, start_round: int, wall: float,
+             rounds_run: int, final_eval: dict[str, float]) -> dict[str, Any]:
+  """summary.json's description of the run (totals and final rows added by the caller)."""
   traffic = algorithm.traffic
-  history: list[dict[str, Any]] = []
-  last_eval: dict[str, float] = {}
-  rounds = range(start_round, config.total_rounds)
-  bar = None
-  if config.progress and len(rounds):
-    from tqdm import tqdm
-    bar = tqdm(total=config.total_rounds, initial=start_round, unit='round',
-               desc=algorithm.name, dynamic_ncols=True)
-  if start_round:
-    print(f'resuming from round {start_round} (checkpoint in {out_dir})', flush=True)
-  t_start = time.perf_counter()
-  finished = checkpointed = start_round  # rounds fully written / checkpointed
-  dropped_streak = _DroppedStreak(config.max_rounds_all_dropped, _warner(bar))
-  try:
-    for round_num in rounds:
-      runtime.raise_if_interrupted()  # a SIGINT whose KeyboardInterrupt was swallowed
-      t0 = time.perf_counter()
-      cohort = draw_cohort(client_ids, config, round_num)
-      data = [task.client_dataset(
-          cid, shuffle_seed(config.shuffle, config.seed, round_num, cid),
-          reshuffle_each_epoch=config.shuffle == 'rr',
-          augment_seed=augment_seed(config.seed, round_num, cid)) for cid in cohort]
-      try:
-        if store is None:
-          output = process.next(state, data)
-        else:
-          output = process.next(state, data, store.gather(cohort))
-          store.scatter(cohort, output.client_states)
-      except runtime.WorkerStopped:
-        runtime.raise_if_interrupted()  # the signal's KeyboardInterrupt was swallowed
-        raise
-      state = output.state
-      row = {'round': round_num + 1}
-      row.update(flatten_metrics(output.metrics))
-      m = len(cohort)
-      all_dropped = _all_clients_dropped(row, m)
-      row['download_bytes'] = m * traffic.download_bytes
-      row['upload_bytes'] = m * traffic.upload_bytes
-      row['client_flops'] = accounting.round_client_flops(
-          algorithm.compute, model_cost, row, client_sizes, cohort, data)
-      cumulative.update(row)
-      row['round_time_s'] = time.perf_counter() - t0
-      done = round_num + 1
-      if (config.rounds_per_eval and done % config.rounds_per_eval == 0) or \
-          done == config.total_rounds:
-        last_eval = evaluate(process.get_model_weights(state),
-                             full=done == config.total_rounds)
-        row.update({f'eval/{k}': v for k, v in last_eval.items()})
-      if round_callback is not None:
-        round_callback(done, state, row)  # may add columns to the row
-      history.append(row)
-      run_dir.add_to_totals(run_totals, row)
-      if csv_writer is not None:
-        scalars = {k: v for k, v in row.items() if isinstance(v, (int, float))}
-        csv_writer.append(scalars)
-        crash_points.reached('metrics_row')
-        asyncio.run(tb_manager.release(
-            {k: v for k, v in scalars.items() if k != 'round'}, key=done))
-      if state_manager is not None and (
-          done % config.rounds_per_checkpoint == 0 or done == config.total_rounds):
-        _checkpoint(state_manager, manifest, store, state, done, dict(
-            cumulative=dict(cumulative.totals), totals=dict(run_totals),
-            row=run_dir.finite_scalars(row)))
-        checkpointed = done
-      if bar is not None:
-        bar.update(1)
-        post = {'loss': row.get('client_work/train/loss')}
-        if last_eval:
-          post.update({k: v for k, v in list(last_eval.items())[:2]})
-        bar.set_postfix({k: f'{v:.4g}' for k, v in post.items() if v is not None})
-      finished = done
-      dropped_streak.update(done, m, all_dropped)
-  except KeyboardInterrupt as e:
-    resume = ('' if checkpointed == finished
-              else f' (from its checkpoint of round {checkpointed})')
-    raise Stopped(f'stopped after round {finished}; rerun the same command to resume'
-                  f'{resume}') from e
-  finally:
-    if bar is not None:
-      bar.close()
-    if store is not None:
-      store.close()
-      if not out_dir:
-        shutil.rmtree(store.directory, ignore_errors=True)
-  wall = time.perf_counter() - t_start
-
-  weights = process.get_model_weights(state)
-  if not last_eval and task.test_data is not None:
-    last_eval = evaluate(weights, full=True)
-  summary = dict(algorithm=algorithm.name, task=task.name,
-                 rounds=config.total_rounds, resumed_from=start_round,
-                 clients_per_round=config.clients_per_round, seed=config.seed,
-                 wall_time_s=wall,
-                 seconds_per_round=wall / max(1, len(history)),
-                 download_bytes_per_client=traffic.download_bytes,
-                 upload_bytes_per_client=traffic.upload_bytes,
-                 model_bytes=traffic.model_bytes,
-                 fwd_bwd_flops_per_example=model_cost.fwd_bwd_flops_per_example,
-                 num_params=model_cost.num_params,
-                 final_eval=last_eval, task_info=task.info)
-  summary['totals'] = run_totals  # the whole run, resumed parts included
-  last_row = history[-1] if history else (resumed or {}).get('row') or (
-      kept_rows[-1] if kept_rows else None)
-  if last_row:
-    summary['final_train'] = run_dir.finite_scalars(last_row)
-  summary.update(extra_summary or {})
-  if out_dir:
-    with open(os.path.join(out_dir, 'summary.json'), 'w') as f:
-      json.dump(summary, f, indent=2, default=str)
-    np.savez(os.path.join(out_dir, 'final_weights.npz'),
-             *[np.asarray(w) for w in weights.trainable])
-  return RunResult(state=state, model_weights=weights, history=history,
-                   final_eval=last_eval, resumed_from=start_round, summary=summary)
-
-
-def _resume_point(state_manager, manifest: run_dir.Manifest, state,
-                  config: RunConfig) -> tuple[Any, int]:
-  """(state, round) to start from: the newest intact checkpoint, else round 0."""
-  versions = asyncio.run(state_manager.get_versions()) or []
-  loaded, start_round = run_dir.select_checkpoint(
-      config.output_dir, versions, manifest,
-      lambda version: asyncio.run(state_manager.load(version, state)))
-  if start_round > config.total_rounds:
-    raise UserError(f'{config.output_dir} holds a run checkpointed at round '
-                    f'{start_round}, past --total_rounds={config.total_rounds}; '
-                    f'raise --total_rounds, or {run_dir.RESTART_FIX}')
-  return (state if loaded is None else loaded), start_round
-
-
-def _checkpoint(state_manager, manifest: run_dir.Manifest, store, state, done: int,
-                entry: dict[str, Any]) -> None:
-  """Checkpoints round `done`: the client store, the server state, then the
-  manifest entry that vouches for both (a crash in between resumes from the
-  previous checkpoint)."""
-  if store is not None:
-    entry['store'] = store.checkpoint(done)
-  crash_points.reached('checkpoint_state')
-  asyncio.run(state_manager.save(state, done))
-  crash_points.reached('checkpoint_manifest')
-  manifest.record(done, entry, asyncio.run(state_manager.get_versions()) or [])
-
-
-def _note_lost_rows(path: str, kept_rows, start_round: int) -> None:
-  have = {int(r['round']) for r in kept_rows}
-  lost = [r for r in range(1, start_round + 1) if r not in have]
-  if lost:
-    run_dir.notice(f'{path} lacks {len(lost)} of rounds 1-{start_round} (first: round '
-                   f'{lost[0]}); resuming from round {start_round}, totals kept from '
-                   'the checkpoint')
+  return dict(algorithm=algorithm.name, task=task.name,
+              rounds=config.total_rounds, resumed_from=start_round,
+              clients_per_round=config.clients_per_round, seed=config.seed,
+              wall_time_s=wall,
+              seconds_per_round=wall / max(1, rounds_run),
+              download_bytes_per_client=traffic.download_bytes,
+              upload_bytes_per_client=traffic.upload_bytes,
+              model_bytes=traffic.model_bytes,
+              fwd_bwd_flops_per_example=model_cost.fwd_bwd_flops_per_example,
+              num_params=model_cost.num_params,
+              final_eval=final_eval, task_info=task.info)
 
 
 def _all_clients_dropped(row: dict[str, Any], cohort_size: int) -> bool:
@@ -581,26 +441,6 @@ class _DroppedStreak:
           '--local_steps (or raise --max_rounds_all_dropped; 0 never stops)')
 
 
-def _client_state_store(initial_state, task: Task, out_dir: Optional[str],
-                        start_round: int, fingerprint: Optional[int] = None
-                        ) -> client_state.ClientStateStore:
-  """The run's client-state store at round `start_round` (temporary without
-  an output directory), checked against the checkpoint's `fingerprint`."""
-  directory = (os.path.join(out_dir, 'client_state') if out_dir
-               else tempfile.mkdtemp(prefix='client_state_'))
-  store = client_state.ClientStateStore(directory, task.client_ids, initial_state)
-  if start_round == 0:
-    store.reset()
-  else:
-    store.restore(start_round)
-    if fingerprint is not None and store.fingerprint() != fingerprint:
-      store.close()
-      raise UserError(f'{directory} does not match the checkpoint of round '
-                      f'{start_round} (its bitmap or checksums were changed); restore '
-                      f'it from a backup, or {run_dir.RESTART_FIX}')
-  return store
-
-
 def _identity(algorithm, task, config, extra) -> dict[str, Any]:
   ident = dict(algorithm=algorithm.name, task=task.name, task_info=task.info,
                clients_per_round=config.clients_per_round, seed=config.seed,
@@ -609,21 +449,6 @@ def _identity(algorithm, task, config, extra) -> dict[str, Any]:
     ident['participation_prob'] = config.participation_prob
   ident.update(extra or {})
   return json.loads(json.dumps(ident, sort_keys=True, default=str))
-
-
-def _check_identity(path: str, ident: dict[str, Any]) -> None:
-  if os.path.exists(path):
-    with open(path) as f:
-      stored = json.load(f)
-    diff = sorted(k for k in set(stored) | set(ident) if stored.get(k) != ident.get(k))
-    if diff:
-      raise UserError(
-          f'{os.path.dirname(path)} holds a different run (differs in: '
-          f'{", ".join(diff)}); choose another --experiment_name, or '
-          f'{run_dir.RESTART_FIX}')
-  else:
-    with open(path, 'w') as f:
-      json.dump(ident, f, indent=2, sort_keys=True)
 
 
 def read_metrics(path: str) -> list[dict[str, Any]]:

@@ -1,0 +1,259 @@
+"""What a run keeps under its output directory, behind one object.
+
+`RunOutputs` owns a run's identity check, its resume point, its metrics
+(`metrics.csv` and TensorBoard), its checkpoints and its running totals:
+`resume(state, ...)` once, then `record(row)` after every round and
+`save(state, round)` at checkpoint rounds, then `write_summary(...)`. Without an
+output directory it keeps only the running totals.
+
+Layout (TFF program tooling): `metrics.csv` (one row per round; a resumed run
+first drops the rows after its checkpoint, then appends: TFF's
+`CSVFileReleaseManager` does the same but rewrites the whole file on every
+release, quadratic in the rounds), TensorBoard events
+(`tff.program.TensorBoardReleaseManager`; rewritten from metrics.csv when a
+resume dropped rows, so no round appears twice), `checkpoints/`
+(`tff.program.FileProgramStateManager`), `run_identity.json` and
+`summary.json`. `tff_algos.run_dir` checks what a resume loads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import json
+import os
+import shutil
+import tempfile
+from typing import Any, Optional
+
+import numpy as np
+import tensorflow_federated as tff
+
+from tff_algos import run_dir
+from tff_algos.core import accounting
+from tff_algos.core import client_state
+from tff_algos.core import crash_points
+from tff_algos.errors import UserError
+
+
+class MetricsCSV:
+  """Append-only per-round CSV keyed by 'round', truncated once on resume."""
+
+  def __init__(self, path: str, resume_round: int):
+    self.path = path
+    self.fields: list[str] = []
+    self.dropped_rows = False  # rows past `resume_round` were removed
+    rows = []
+    if os.path.exists(path):
+      self.fields, all_rows = run_dir.read_metrics_csv(path)  # UserError: a bad line
+      rows = [r for r in all_rows if float(r['round']) <= resume_round]
+      self.dropped_rows = len(rows) < len(all_rows)
+      self._rewrite(rows)  # also mends a last line cut short by a crash
+    self.kept_rows = [{k: _parse_cell(v) for k, v in r.items() if v != ''} for r in rows]
+
+  def _rewrite(self, rows):
+    tmp = self.path + '.tmp'
+    with open(tmp, 'w', newline='') as f:
+      writer = csv.DictWriter(f, fieldnames=self.fields)
+      writer.writeheader()
+      writer.writerows(rows)
+    os.replace(tmp, self.path)
+
+  def append(self, row: dict[str, Any]):
+    new = [k for k in row if k not in self.fields]
+    if new or not os.path.exists(self.path):
+      rows = []
+      if os.path.exists(self.path):
+        with open(self.path, newline='') as f:
+          rows = list(csv.DictReader(f))
+      self.fields += new
+      self._rewrite(rows)
+    with open(self.path, 'a', newline='') as f:
+      csv.DictWriter(f, fieldnames=self.fields).writerow(row)
+
+
+def _parse_cell(value: str):
+  try:
+    return float(value)
+  except ValueError:
+    return value
+
+
+def _tensorboard(tb_dir: str, dropped_rows: bool,
+                 kept_rows: list[dict[str, Any]]) -> tff.program.TensorBoardReleaseManager:
+  """The run's TensorBoard log, without rounds that the run will repeat.
+
+  A resumed run repeats the rounds after its checkpoint; their first values
+  are already in the event files (written after their CSV rows), and
+  TensorBoard would show both. When `MetricsCSV` dropped such rows, the log is
+  rewritten from the rows it kept (their wall times become the resume's).
+  """
+  if dropped_rows and os.path.isdir(tb_dir):
+    shutil.rmtree(tb_dir)
+    manager = tff.program.TensorBoardReleaseManager(tb_dir)
+    asyncio.run(_release_rows(manager, kept_rows))
+    return manager
+  return tff.program.TensorBoardReleaseManager(tb_dir)
+
+
+async def _release_rows(manager, rows):
+  for row in rows:
+    await manager.release({k: v for k, v in row.items()
+                           if k != 'round' and isinstance(v, float)}, key=int(row['round']))
+
+
+class RunOutputs:
+  """A run's outputs under `out_dir` (None: nothing on disk) and its running
+  totals: the cost columns' (`cumulative`) and summary.json's (`totals`).
+
+  Construction checks the run's `identity` against the directory's (a
+  different run there is refused). Then `resume`, and per round `record` and,
+  at checkpoint rounds, `save`.
+  """
+
+  def __init__(self, out_dir: Optional[str], identity: dict[str, Any]):
+    self.out_dir = out_dir
+    self.state_manager = self.csv = self.tensorboard = self.manifest = None
+    self.store = None  # the client-state store a checkpoint also vouches for
+    self.resumed: Optional[dict[str, Any]] = None  # the checkpoint's manifest entry
+    self.kept_rows: list[dict[str, Any]] = []  # metrics.csv's rows up to it, parsed
+    self.cumulative = accounting.CumulativeCost()
+    self.totals = run_dir.summary_totals(())
+    self.last_row: Optional[dict[str, Any]] = None
+    if out_dir:
+      os.makedirs(out_dir, exist_ok=True)
+      self.state_manager = tff.program.FileProgramStateManager(
+          os.path.join(out_dir, 'checkpoints'), prefix='round_', keep_total=2,
+          keep_first=False)
+      _check_identity(os.path.join(out_dir, 'run_identity.json'), identity)
+
+  def resume(self, state, total_rounds: int) -> tuple[Any, int]:
+    """(state, round) to start from: the newest intact checkpoint's, else
+    (`state`, 0). Opens the metrics outputs and continues the running totals:
+    from the checkpoint's manifest entry (metrics.csv may have lost rows),
+    else from the rows kept in metrics.csv."""
+    if not self.out_dir:
+      return state, 0
+    self.manifest = run_dir.Manifest(self.out_dir)
+    state, start_round = _resume_point(self.state_manager, self.manifest, state,
+                                       self.out_dir, total_rounds)
+    self.resumed = self.manifest.entries.get(start_round)  # None: fresh, or older dir
+    self.csv = MetricsCSV(os.path.join(self.out_dir, 'metrics.csv'), start_round)
+    self.kept_rows = self.csv.kept_rows
+    self.tensorboard = _tensorboard(os.path.join(self.out_dir, 'tb'),
+                                    self.csv.dropped_rows, self.kept_rows)
+    self.cumulative = accounting.CumulativeCost(() if self.resumed else self.kept_rows)
+    self.totals = run_dir.summary_totals(() if self.resumed else self.kept_rows)
+    if self.resumed:
+      self.cumulative.totals.update(self.resumed['cumulative'])
+      self.totals.update(self.resumed['totals'])
+      _note_lost_rows(self.csv.path, self.kept_rows, start_round)
+    return state, start_round
+
+  def open_store(self, initial_state, client_ids, start_round: int) -> None:
+    """The run's client-state store at round `start_round` (temporary without
+    an output directory), checked against the checkpoint's fingerprint."""
+    fingerprint = (self.resumed or {}).get('store')
+    directory = (os.path.join(self.out_dir, 'client_state') if self.out_dir
+                 else tempfile.mkdtemp(prefix='client_state_'))
+    store = client_state.ClientStateStore(directory, client_ids, initial_state)
+    if start_round == 0:
+      store.reset()
+    else:
+      store.restore(start_round)
+      if fingerprint is not None and store.fingerprint() != fingerprint:
+        store.close()
+        raise UserError(f'{directory} does not match the checkpoint of round '
+                        f'{start_round} (its bitmap or checksums were changed); restore '
+                        f'it from a backup, or {run_dir.RESTART_FIX}')
+    self.store = store
+
+  def close_store(self) -> None:
+    """Closes the client-state store (a temporary one is removed)."""
+    if self.store is not None:
+      self.store.close()
+      if not self.out_dir:
+        shutil.rmtree(self.store.directory, ignore_errors=True)
+
+  def record(self, row: dict[str, Any]) -> None:
+    """Adds a finished round's row to the totals, metrics.csv and TensorBoard."""
+    run_dir.add_to_totals(self.totals, row)
+    self.last_row = row
+    if self.csv is None:
+      return
+    scalars = {k: v for k, v in row.items() if isinstance(v, (int, float))}
+    self.csv.append(scalars)
+    crash_points.reached('metrics_row')
+    asyncio.run(self.tensorboard.release(
+        {k: v for k, v in scalars.items() if k != 'round'}, key=int(row['round'])))
+
+  def save(self, state, round_num: int) -> bool:
+    """Checkpoints round `round_num`: the client store, the server state, then
+    the manifest entry that vouches for both and for the running totals (a
+    crash in between resumes from the previous checkpoint). False: no
+    output directory, nothing saved."""
+    if self.state_manager is None:
+      return False
+    entry = dict(cumulative=dict(self.cumulative.totals), totals=dict(self.totals),
+                 row=run_dir.finite_scalars(self.last_row or {}))
+    if self.store is not None:
+      entry['store'] = self.store.checkpoint(round_num)
+    crash_points.reached('checkpoint_state')
+    asyncio.run(self.state_manager.save(state, round_num))
+    crash_points.reached('checkpoint_manifest')
+    self.manifest.record(round_num, entry,
+                         asyncio.run(self.state_manager.get_versions()) or [])
+    return True
+
+  def final_row(self) -> Optional[dict[str, Any]]:
+    """The run's last row: this call's, else the checkpoint's, else metrics.csv's."""
+    return self.last_row or (self.resumed or {}).get('row') or (
+        self.kept_rows[-1] if self.kept_rows else None)
+
+  def write_summary(self, summary: dict[str, Any], weights) -> None:
+    """summary.json and final_weights.npz (the model's trainable weights)."""
+    if not self.out_dir:
+      return
+    with open(os.path.join(self.out_dir, 'summary.json'), 'w') as f:
+      json.dump(summary, f, indent=2, default=str)
+    np.savez(os.path.join(self.out_dir, 'final_weights.npz'),
+             *[np.asarray(w) for w in weights.trainable])
+
+
+def _resume_point(state_manager, manifest: run_dir.Manifest, state, out_dir: str,
+                  total_rounds: int) -> tuple[Any, int]:
+  """(state, round) to start from: the newest intact checkpoint, else round 0."""
+  versions = asyncio.run(state_manager.get_versions()) or []
+  loaded, start_round = run_dir.select_checkpoint(
+      out_dir, versions, manifest,
+      lambda version: asyncio.run(state_manager.load(version, state)))
+  if start_round > total_rounds:
+    raise UserError(f'{out_dir} holds a run checkpointed at round '
+                    f'{start_round}, past --total_rounds={total_rounds}; '
+                    f'raise --total_rounds, or {run_dir.RESTART_FIX}')
+  return (state if loaded is None else loaded), start_round
+
+
+def _note_lost_rows(path: str, kept_rows, start_round: int) -> None:
+  have = {int(r['round']) for r in kept_rows}
+  lost = [r for r in range(1, start_round + 1) if r not in have]
+  if lost:
+    run_dir.notice(f'{path} lacks {len(lost)} of rounds 1-{start_round} (first: round '
+                   f'{lost[0]}); resuming from round {start_round}, totals kept from '
+                   'the checkpoint')
+
+
+def _check_identity(path: str, ident: dict[str, Any]) -> None:
+  """Stores the run's identity, or refuses a directory that holds another run."""
+  if os.path.exists(path):
+    with open(path) as f:
+      stored = json.load(f)
+    diff = sorted(k for k in set(stored) | set(ident) if stored.get(k) != ident.get(k))
+    if diff:
+      raise UserError(
+          f'{os.path.dirname(path)} holds a different run (differs in: '
+          f'{", ".join(diff)}); choose another --experiment_name, or '
+          f'{run_dir.RESTART_FIX}')
+  else:
+    with open(path, 'w') as f:
+      json.dump(ident, f, indent=2, sort_keys=True)

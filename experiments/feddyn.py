@@ -104,11 +104,6 @@ def clients_per_round(participation: float, num_clients: int) -> int:
   return max(1, int(round(participation * num_clients)))
 
 
-def _set(values: dict):
-  for k, v in values.items():
-    FLAGS[k].value = v
-
-
 def aggregate(results: list[dict], reference: str) -> dict:
   """{(setting, participation, target): {algorithm: cell}} over seeds: the
   mean count, '+' if some seed never reached the target, and the ratio to the
@@ -175,78 +170,65 @@ def plot_setting(curves: dict, path: str, title: str, metric: str):
   plt.close(fig)
 
 
-def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f'unexpected arguments: {argv[1:]}')
-  common.quiet_logs()
-  try:
-    from tff_algos import registry
-    algorithms = list(FLAGS.algorithms)
-    unknown = [a for a in algorithms if a not in registry.ALGORITHMS]
-    if unknown or not algorithms:
-      raise ValueError(f'unknown algorithms {unknown}; registered: '
-                       f'{", ".join(sorted(registry.ALGORITHMS))}')
-    participations = [float(p) for p in FLAGS.participations]
-    if not participations or any(not 0 < p <= 1 for p in participations):
-      raise ValueError('--participations must be fractions in (0, 1]')
-    targets = [float(t) for t in FLAGS.targets]
-    seeds = [int(s) for s in FLAGS.run_seeds]
-    if not targets or not seeds or any(s < 0 for s in seeds):
-      raise ValueError('need at least one target and seeds >= 0')
-    grid = settings()
-    for (_, values), alg, seed in itertools.product(grid, algorithms, seeds):
-      _set(dict(values, algorithm=alg, seed=seed, clients_per_round=1))
-      trainer_flags.validate(grid=True)  # every combination, before any run
-  except (ValueError, flags.Error) as e:
-    return common.fail(e)
-  trainer_flags.warn_ignored_flags(algorithms)
-  reference = FLAGS.reference_algorithm if FLAGS.reference_algorithm in algorithms \
-      else algorithms[0]
+def _parse_grid(args: trainer_flags.TrainerArgs):
+  """(algorithms, participations, targets, seeds, settings), each combination
+  validated before any run; raises ValueError."""
+  from tff_algos import registry  # pylint: disable=g-import-not-at-top
+  algorithms = list(FLAGS.algorithms)
+  unknown = [a for a in algorithms if a not in registry.ALGORITHMS]
+  if unknown or not algorithms:
+    raise ValueError(f'unknown algorithms {unknown}; registered: '
+                     f'{", ".join(sorted(registry.ALGORITHMS))}')
+  participations = [float(p) for p in FLAGS.participations]
+  if not participations or any(not 0 < p <= 1 for p in participations):
+    raise ValueError('--participations must be fractions in (0, 1]')
+  targets = [float(t) for t in FLAGS.targets]
+  seeds = [int(s) for s in FLAGS.run_seeds]
+  if not targets or not seeds or any(s < 0 for s in seeds):
+    raise ValueError('need at least one target and seeds >= 0')
+  grid = settings()
+  for (_, values), alg, seed in itertools.product(grid, algorithms, seeds):
+    trainer_flags.validate(grid=True, args=args.override(
+        **values, algorithm=alg, seed=seed, clients_per_round=1))
+  return algorithms, participations, targets, seeds, grid
 
-  from tasks import TaskError, get_task
-  from tff_algos import metrics_tables, training
-  root = os.path.join(FLAGS.root_output_dir, FLAGS.name or f'paper003_{FLAGS.task}')
-  results, curves = [], {}
-  with runtime_flags.managed_context():
-    for (label, values), seed in itertools.product(grid, seeds):
-      _set(dict(values, seed=seed, algorithm=algorithms[0], clients_per_round=1))
-      options, _, _ = trainer_flags.validate(grid=True)
-      try:
-        task = get_task(FLAGS.task, options)
-      except TaskError as e:  # missing dataset: one line, exit status 2
-        return common.fail(e)
-      n = len(task.client_ids)
-      for part, alg in itertools.product(participations, algorithms):
-        m = clients_per_round(part, n)
-        _set(dict(algorithm=alg, clients_per_round=m))
-        _, hp, _ = trainer_flags.validate(grid=True)
-        out_dir = os.path.join(root, label, f'p{part:g}', f'{alg}_seed{seed}')
-        print(f'{label} p={part:g} ({m}/{n} clients) {alg} seed {seed} -> {out_dir}',
-              flush=True)
-        algorithm = registry.build(alg, task.model_fn, hp)
-        training.run_training(algorithm, task, trainer_flags.run_config(out_dir),
-                              extra_summary={'flags': trainer_flags.flag_values(),
-                                             'setting': label, 'participation': part},
-                              identity=trainer_flags.run_identity())
-        rows = report.read_metrics(os.path.join(out_dir, 'metrics.csv'))
-        with open(os.path.join(out_dir, 'summary.json')) as f:
-          summary = json.load(f)
-        per_round = metrics_tables.models_per_round(rows, summary['model_bytes'], m)
-        cum = np.cumsum(per_round)
-        pts = [(c, r['round'], r[FLAGS.target_metric]) for c, r in zip(cum, rows)
-               if FLAGS.target_metric in r]
-        curves.setdefault((label, part), {}).setdefault(alg, []).append(
-            tuple(map(list, zip(*pts))) if pts else ([], [], []))
-        for target in targets:
-          res = metrics_tables.models_to_target(rows, target, summary['model_bytes'], m,
-                                                FLAGS.target_metric)
-          results.append(dict(
-              setting=label, participation=part, clients_per_round=m, algorithm=alg,
-              seed=seed, target=target, reached=res.reached, round=res.round,
-              models_transmitted=res.models_transmitted, total_models=res.total_models,
-              rounds_run=res.rounds_run, final_value=res.final_value,
-              models_per_round=per_round[0] if per_round else math.nan))
 
+def _run_one(task, args: trainer_flags.TrainerArgs, out_dir: str, label: str, part: float):
+  """Trains one (setting, participation, algorithm, seed); its metrics rows and
+  model size in bytes."""
+  from tff_algos import registry, training  # pylint: disable=g-import-not-at-top
+  _, hp, _ = trainer_flags.validate(grid=True, args=args)
+  print(f'{label} p={part:g} ({args.clients_per_round}/{len(task.client_ids)} clients) '
+        f'{args.algorithm} seed {args.seed} -> {out_dir}', flush=True)
+  algorithm = registry.build(args.algorithm, task.model_fn, hp)
+  training.run_training(algorithm, task, trainer_flags.run_config(out_dir, args),
+                        extra_summary={'flags': trainer_flags.flag_values(args),
+                                       'setting': label, 'participation': part},
+                        identity=trainer_flags.run_identity(args))
+  rows = report.read_metrics(os.path.join(out_dir, 'metrics.csv'))
+  with open(os.path.join(out_dir, 'summary.json')) as f:
+    return rows, json.load(f)['model_bytes']
+
+
+def _record(results, curves, rows, model_bytes, key: dict, targets):
+  """Appends the run's result per target and its convergence curve."""
+  from tff_algos import metrics_tables  # pylint: disable=g-import-not-at-top
+  m, metric = key['clients_per_round'], FLAGS.target_metric
+  per_round = metrics_tables.models_per_round(rows, model_bytes, m)
+  cum = np.cumsum(per_round)
+  pts = [(c, r['round'], r[metric]) for c, r in zip(cum, rows) if metric in r]
+  curves.setdefault((key['setting'], key['participation']), {}).setdefault(
+      key['algorithm'], []).append(tuple(map(list, zip(*pts))) if pts else ([], [], []))
+  for target in targets:
+    res = metrics_tables.models_to_target(rows, target, model_bytes, m, metric)
+    results.append(dict(
+        key, target=target, reached=res.reached, round=res.round,
+        models_transmitted=res.models_transmitted, total_models=res.total_models,
+        rounds_run=res.rounds_run, final_value=res.final_value,
+        models_per_round=per_round[0] if per_round else math.nan))
+
+
+def _write_outputs(root: str, results, curves, algorithms, reference, seeds, targets):
   table = aggregate(results, reference)
   md = markdown(table, algorithms, FLAGS.target_metric)
   title = (f'Models transmitted (relative to one round of FedAvg) until '
@@ -275,6 +257,43 @@ def main(argv):
       runs=len(results) // len(targets), figures=len(figures),
       cells={f'{s}|p{p:g}|{t:g}': {a: v['cell'] for a, v in row.items()}
              for (s, p, t), row in sorted(table.items())})))
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f'unexpected arguments: {argv[1:]}')
+  common.quiet_logs()
+  base = trainer_flags.TrainerArgs.from_flags()
+  try:
+    algorithms, participations, targets, seeds, grid = _parse_grid(base)
+  except (ValueError, flags.Error) as e:
+    return common.fail(e)
+  trainer_flags.warn_ignored_flags(algorithms, base)
+  reference = FLAGS.reference_algorithm if FLAGS.reference_algorithm in algorithms \
+      else algorithms[0]
+
+  from tasks import TaskError, get_task  # pylint: disable=g-import-not-at-top
+  root = os.path.join(FLAGS.root_output_dir, FLAGS.name or f'paper003_{FLAGS.task}')
+  results, curves = [], {}
+  with runtime_flags.managed_context():
+    for (label, values), seed in itertools.product(grid, seeds):
+      setting = base.override(**values, seed=seed, algorithm=algorithms[0],
+                              clients_per_round=1)
+      options, _, _ = trainer_flags.validate(grid=True, args=setting)
+      try:
+        task = get_task(setting.task, options)
+      except TaskError as e:  # missing dataset: one line, exit status 2
+        return common.fail(e)
+      n = len(task.client_ids)
+      for part, alg in itertools.product(participations, algorithms):
+        m = clients_per_round(part, n)
+        out_dir = os.path.join(root, label, f'p{part:g}', f'{alg}_seed{seed}')
+        rows, model_bytes = _run_one(
+            task, setting.override(algorithm=alg, clients_per_round=m), out_dir, label, part)
+        _record(results, curves, rows, model_bytes,
+                dict(setting=label, participation=part, clients_per_round=m, algorithm=alg,
+                     seed=seed), targets)
+  _write_outputs(root, results, curves, algorithms, reference, seeds, targets)
   return 0
 
 

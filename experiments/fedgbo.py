@@ -115,11 +115,10 @@ def _settings(preset: str, k: str, algorithm: str, overrides,
   return values
 
 
-def _apply(base_values: dict, values: dict):
-  for name, value in base_values.items():
-    FLAGS[name].value = value
-  for name, value in values.items():
-    FLAGS[name].parse(value)
+def _run_args(base: trainer_flags.TrainerArgs, values: dict) -> trainer_flags.TrainerArgs:
+  """`base` with one run's flag values (strings, parsed as the flags parse them)."""
+  return base.override(**{name: FLAGS[name].parser.parse(value) if isinstance(value, str)
+                          else value for name, value in values.items()})
 
 
 def plot_costs(runs: dict, metric: str, path: str, title: str) -> str:
@@ -158,7 +157,7 @@ def main(argv):
   del argv
   common.quiet_logs()
   from tasks import sent140  # pylint: disable=g-import-not-at-top
-  base_values = {name: FLAGS[name].value for name in FLAGS}
+  base = trainer_flags.TrainerArgs.from_flags()
   explicit = {name for name in FLAGS if FLAGS[name].present}
   try:
     overrides = parse_algorithm_flags(FLAGS.algorithm_flags)
@@ -174,12 +173,12 @@ def main(argv):
       if not k.isdigit() or int(k) < 1:
         raise ValueError(f'--ks must be positive integers, got {k!r}')
     combos = [(t, k, a) for t in FLAGS.tasks for k in FLAGS.ks for a in FLAGS.algorithms]
-    for combo in combos:  # validate every run before starting any
-      _apply(base_values, _settings(*combo, overrides, explicit))
-      trainer_flags.validate(grid=True)
+    runs = [_run_args(base, _settings(*combo, overrides, explicit)) for combo in combos]
+    for args in runs:  # validate every run before starting any
+      trainer_flags.validate(grid=True, args=args)
   except (ValueError, flags.Error) as e:
     return common.fail(e)
-  trainer_flags.warn_ignored_flags(FLAGS.algorithms)
+  trainer_flags.warn_ignored_flags(FLAGS.algorithms, base)
 
   from tasks import get_task
   from tff_algos import training
@@ -188,25 +187,24 @@ def main(argv):
   optimisers = {}
   tasks_cache = {}
   with runtime_flags.managed_context():
-    for i, (preset, k, name) in enumerate(combos):
-      _apply(base_values, _settings(preset, k, name, overrides, explicit))
-      options, hp, _ = trainer_flags.validate(grid=True)
+    for i, ((preset, k, name), args) in enumerate(zip(combos, runs)):
+      options, hp, _ = trainer_flags.validate(grid=True, args=args)
       key = (preset, options)
       if key not in tasks_cache:
-        tasks_cache[key] = (sent140.build(FLAGS.sent140_dir, FLAGS.client_batch_size)
-                            if preset == 'sent140' else get_task(FLAGS.task, options))
+        tasks_cache[key] = (sent140.build(FLAGS.sent140_dir, args.client_batch_size)
+                            if preset == 'sent140' else get_task(args.task, options))
       task = tasks_cache[key]
-      config = trainer_flags.run_config(os.path.join(root, preset, f'K{k}', name))
+      config = trainer_flags.run_config(os.path.join(root, preset, f'K{k}', name), args)
       if config.clients_per_round > len(task.client_ids):  # synthetic stand-ins are tiny
         config = dataclasses.replace(config, clients_per_round=len(task.client_ids))
       print(f'[{i + 1}/{len(combos)}] {preset} K={k} {name}', flush=True)
       algorithm = registry.build(name, task.model_fn, hp)
       training.run_training(algorithm, task, config,
-                            extra_summary={'flags': trainer_flags.flag_values()},
-                            identity=dict(trainer_flags.run_identity(), preset=preset))
+                            extra_summary={'flags': trainer_flags.flag_values(args)},
+                            identity=dict(trainer_flags.run_identity(args), preset=preset))
       results[(preset, k)][name] = report.read_metrics(
           os.path.join(config.output_dir, 'metrics.csv'))
-      optimisers[(preset, k, name)] = FLAGS.client_optimizer
+      optimisers[(preset, k, name)] = args.client_optimizer
 
   md, csv_rows, summary, table5 = [], [], {}, []
   for (preset, k), runs in results.items():

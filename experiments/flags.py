@@ -1,12 +1,13 @@
 """Trainer flags (names as in google-research/federated) and their validation.
 
 Flags map onto three things, each in one place: `TaskOptions` (data),
-`registry.HParams` (the algorithm) and `RunConfig` (the round loop).
+`HParams` (the algorithm: its flags are defined from its fields) and
+`RunConfig` (the round loop).
 `validate()` checks all of them before any data is loaded or any computation
 is traced, and raises `FlagError` (a `UserError`: the binaries print one
-`error:` line). This module imports no TensorFlow, so that `--help` and flags
-absl cannot parse are answered at once; the checks that need the task and
-algorithm registries load it.
+`error:` line). This module imports no TensorFlow, so that `--help`, flags
+absl cannot parse and bad algorithm flags are answered at once; the task
+checks may load it.
 """
 
 from __future__ import annotations
@@ -15,27 +16,26 @@ import dataclasses
 import os
 import re
 import sys
+import types
+from typing import Any, Mapping, Optional
 
 from absl import flags
 
 from experiments import runtime_flags
 from tff_algos import hparams as hparams_lib
-from tff_algos.core import optimizers
+from tff_algos import registry
 from tff_algos.errors import UserError
 
 # Data.
-# The registries' names, here so that a misspelt name is answered before
-# TensorFlow loads (the registries import it); tests/test_registry.py keeps
-# them equal to `tasks.list_tasks()` and `tff_algos.registry.ALGORITHMS`.
+# The task registry's names, here so that a misspelt name is answered before
+# TensorFlow loads (the task registry imports it); tests/test_registry.py keeps
+# them equal to `tasks.list_tasks()`. The algorithm registry imports no TensorFlow.
 TASK_NAMES = (
     'cifar10', 'cifar100_image', 'cifar100_split', 'cifar10_image', 'cifar10_lenet', 'digits',
     'emnist_autoencoder', 'emnist_character', 'emnist_letters10', 'feddyn_digits', 'logistic',
     'mnist', 'quadratic', 'shakespeare_003', 'shakespeare_character', 'stackoverflow_tag',
     'stackoverflow_word', 'synthetic_logistic')
-ALGORITHM_NAMES = (
-    'fedavg', 'fedsgd', 'local_update', 'reptile', 'fomaml', 'kmaml', 'minibatch_sgd',
-    'local_update_decay', 'nastya', 'fedrr', 'feddyn', 'scaffold', 'fedprox', 'fedmax', 'fedgbo',
-    'mfl', 'mimelite', 'mimexlite')
+ALGORITHM_NAMES = tuple(registry.ALGORITHMS)
 
 flags.DEFINE_enum('task', 'digits', TASK_NAMES, 'Task name (see --list_tasks). Default: the '
                   'embedded scikit-learn digits split over 30 clients.')
@@ -71,74 +71,25 @@ flags.DEFINE_enum('synthetic_heterogeneity', 'homogeneous',
 # Algorithm.
 flags.DEFINE_enum('algorithm', 'fedavg', ALGORITHM_NAMES,
                   'Algorithm name (see --list_algorithms).')
-flags.DEFINE_enum('client_optimizer', 'sgd', optimizers.NAMES, 'Client optimizer.')
-flags.DEFINE_float('client_learning_rate', 0.1, 'Client learning rate gamma_0.')
-flags.DEFINE_float('client_momentum', None, 'Client momentum (sgdm).')
-flags.DEFINE_enum('server_optimizer', 'sgd', optimizers.NAMES, 'Server optimizer.')
-flags.DEFINE_float('server_learning_rate', 1.0, 'Server learning rate eta_0.')
-flags.DEFINE_float('server_momentum', None, 'Server momentum (sgdm).')
-flags.DEFINE_float('server_beta_1', None, 'Server beta_1 (adam, yogi).')
-flags.DEFINE_float('server_beta_2', None, 'Server beta_2 (adam, yogi; rmsprop decay).')
-flags.DEFINE_float('server_epsilon', None, 'Server epsilon (adaptive optimizers).')
-flags.DEFINE_float('server_initial_accumulator', None,
-                   'Initial second-moment accumulator (yogi, adagrad).')
-flags.DEFINE_integer('client_epochs_per_round', 1,
-                     'Local epochs E per round (used when --local_steps is unset).')
-flags.DEFINE_integer('local_steps', None, 'Local steps K_0 per round (overrides epochs).')
-flags.DEFINE_float('local_steps_decay', 1.0, 'd_K: K_t = ceil(K_0 d_K^t).')
-flags.DEFINE_float('client_lr_decay', 1.0, 'd_gamma: gamma_t = gamma_0 d_gamma^t.')
-flags.DEFINE_float('server_lr_decay', 1.0, 'd_eta: eta_t = eta_0 d_eta^t.')
-flags.DEFINE_list('client_lr_milestones', None, 'nastya/fedrr: gamma divided by 10 at each '
-                  'of these rounds (PyTorch MultiStepLR; paper 001: 150,200).')
-flags.DEFINE_bool('uniform_weighting', False, 'Weight clients equally, 1/M (TFF\'s '
-                  'ClientWeighting.UNIFORM), not by examples n_i (NUM_EXAMPLES).')
-# LocalUpdate / LocalUpdateDecay (paper 002).
-flags.DEFINE_string('theta', 'reptile', 'LocalUpdate step weights: reptile, fomaml, kmaml, '
-                    'minibatch_sgd (K = --local_steps, default 10) or numbers "1,0,0.5".')
-flags.DEFINE_float('decay_min_delta', 1e-4, 'LocalUpdateDecay: improvement threshold Delta.')
-flags.DEFINE_float('client_lr_decay_factor', 0.1, 'LocalUpdateDecay: gamma <- alpha gamma.')
-flags.DEFINE_float('server_lr_decay_factor', 0.9, 'LocalUpdateDecay: eta <- beta eta.')
-flags.DEFINE_integer('decay_patience', 100, 'LocalUpdateDecay: patience P (rounds).')
-flags.DEFINE_integer('decay_window', 100, 'LocalUpdateDecay: moving-average window W.')
-flags.DEFINE_integer('decay_cooldown', 100, 'LocalUpdateDecay: cooldown C (also at start).')
-flags.DEFINE_bool('decay_reference_semantics', False,
-                  "LocalUpdateDecay: the reference code's rule (Keras's best, moved only by "
-                  'improvements > Delta; window starts at inf; example-weighted means unless '
-                  "--uniform_weighting) instead of the paper's eq. 25 (running minimum).")
-# Nastya (paper 001).
-flags.DEFINE_bool('server_adaptive_lr', False, 'Nastya: adaptive server step of Malitsky '
-                  '& Mishchenko (2020), starting from --server_learning_rate.')
-# Client optimiser statistics (adam, rmsprop; FedGBO, MFL, Mimelite: paper 004).
-flags.DEFINE_float('client_beta_1', None, 'Client beta_1 (adam; fedgbo/mime/mfl).')
-flags.DEFINE_float('client_beta_2', None, 'Client beta_2 (adam; rmsprop decay).')
-flags.DEFINE_float('client_epsilon', None, 'Client epsilon (adam, rmsprop).')
-flags.DEFINE_bool('gbo_reference_conventions', False, 'FedGBO/MFL/Mimelite/MimeXlite: '
-                  "the reference code's conventions (v_0 = 1, no bias correction, "
-                  'eps = 1e-3, unweighted client mean).')
-# FedDyn / SCAFFOLD / FedProx (paper 003).
-flags.DEFINE_float('feddyn_alpha', 0.01, 'FedDyn: dynamic regulariser alpha.')
-flags.DEFINE_bool('feddyn_adaptive_alpha', False, 'FedDyn: alpha_k = alpha / (n_k / mean n) '
-                  '(reference code).')
-flags.DEFINE_bool('feddyn_weight_decay_form', False, 'FedDyn: the alpha quadratic as SGD '
-                  'weight decay, outside gradient clipping (reference code).')
-flags.DEFINE_bool('scaffold_reference_conventions', False, "SCAFFOLD as paper 003's code: "
-                  'c scaled by mean n / n_i in the local step and n_i / mean n in the '
-                  'server sum; c_i+ divides by the initial learning rate.')
-flags.DEFINE_bool('report_device_average', False, 'Evaluate the average of all device '
-                  'models, as paper 003 does (feddyn, scaffold: plain mean; fedavg, '
-                  'fedprox: weighted as the server weights clients); one more upload.')
-flags.DEFINE_float('client_weight_decay', 0.0, 'l2 weight decay of local steps, added to '
-                   'the (clipped) gradient: plain L2, also with an Adam client (feddyn, '
-                   'scaffold, fedavg, fedprox, fedmax; paper 003 reference code: 1e-3).')
-flags.DEFINE_float('clip_norm', None, 'Global-norm clipping of local gradients, before the '
-                   'weight decay (feddyn, scaffold, fedavg, fedprox, fedmax; paper 003 '
-                   'reference code: 10). Unset: off.')
-flags.DEFINE_float('prox_mu', 0.01, 'FedProx proximal strength mu.')
-# FedMAX (paper 004 baseline).
-flags.DEFINE_float('fedmax_beta', 1.0, 'FedMAX: weight beta of KL(softmax(penultimate '
-                   'activations) || uniform) in the local loss.')
-flags.DEFINE_bool('fedmax_reference_kl', False, "FedMAX: KL(uniform || softmax(.)), the "
-                  "direction of the authors' code.")
+
+
+def _define_hparams_flags() -> None:
+  """One flag per `HParams` field: its name, default, help and choices."""
+  for field in dataclasses.fields(hparams_lib.HParams):
+    args = (field.name, field.default, field.metadata['help'])
+    kind = str(field.type)
+    if field.metadata['choices']:
+      flags.DEFINE_enum(field.name, field.default, field.metadata['choices'],
+                        field.metadata['help'])
+    elif 'Sequence' in kind:
+      flags.DEFINE_list(*args)
+    else:
+      define = {'bool': flags.DEFINE_bool, 'int': flags.DEFINE_integer,
+                'float': flags.DEFINE_float, 'str': flags.DEFINE_string}
+      define[kind.replace('Optional[', '').rstrip(']')](*args)
+
+
+_define_hparams_flags()
 
 # Round loop and outputs.
 flags.DEFINE_integer('total_rounds', 100, 'Number of rounds.')
@@ -173,116 +124,159 @@ class FlagError(UserError, ValueError):
   """A bad flag value or combination; the message names the flag and the fix."""
 
 
-def task_options():
+@dataclasses.dataclass(frozen=True)
+class TrainerArgs:
+  """The trainer's flag values, read once from the parsed flags.
+
+  A binary that runs several configurations passes each as data,
+  `args.override(algorithm='scaffold', seed=1)`, instead of rewriting the
+  global flags. `given` holds the flags set on the command line or by an
+  override (an algorithm's own defaults replace only the others).
+  """
+  values: Mapping[str, Any]
+  given: frozenset[str] = frozenset()
+
+  @classmethod
+  def from_flags(cls) -> 'TrainerArgs':
+    module_flags = FLAGS.get_flags_for_module(__name__)
+    return cls(types.MappingProxyType({f.name: f.value for f in module_flags}),
+               frozenset(f.name for f in module_flags if f.present))
+
+  def override(self, **changes) -> 'TrainerArgs':
+    unknown = sorted(set(changes) - set(self.values))
+    if unknown:
+      raise ValueError(f'unknown trainer flags {unknown}')
+    return TrainerArgs(types.MappingProxyType({**self.values, **changes}),
+                       self.given | frozenset(changes))
+
+  def __getattr__(self, name: str):
+    if name in ('values', 'given'):  # not yet set (copying)
+      raise AttributeError(name)
+    try:
+      return self.values[name]
+    except KeyError:
+      raise AttributeError(name) from None
+
+  def unset(self, name: str) -> bool:
+    return name not in self.given and self.values[name] == FLAGS[name].default
+
+
+def args_of(args: Optional[TrainerArgs]) -> TrainerArgs:
+  """`args`, or the parsed flags' values when None."""
+  return TrainerArgs.from_flags() if args is None else args
+
+
+def task_options(args: Optional[TrainerArgs] = None):
   from tasks import TaskOptions  # pylint: disable=g-import-not-at-top
-  return TaskOptions(batch_size=FLAGS.client_batch_size, cache_dir=FLAGS.cache_dir,
-                     use_synthetic_data=FLAGS.use_synthetic_data, model=FLAGS.model,
-                     seed=FLAGS.seed, num_clients=FLAGS.num_clients,
-                     dirichlet_alpha=FLAGS.dirichlet_alpha, partition=FLAGS.partition,
-                     libsvm_path=FLAGS.libsvm_path, l2_reg=FLAGS.l2_reg,
-                     unbalanced_sigma=FLAGS.unbalanced_sigma,
-                     synthetic_heterogeneity=FLAGS.synthetic_heterogeneity,
-                     max_client_examples=FLAGS.max_client_examples,
-                     test_examples=FLAGS.test_examples,
-                     max_elements_per_user=FLAGS.max_elements_per_user)
+  a = args_of(args)
+  return TaskOptions(batch_size=a.client_batch_size, cache_dir=a.cache_dir,
+                     use_synthetic_data=a.use_synthetic_data, model=a.model,
+                     seed=a.seed, num_clients=a.num_clients,
+                     dirichlet_alpha=a.dirichlet_alpha, partition=a.partition,
+                     libsvm_path=a.libsvm_path, l2_reg=a.l2_reg,
+                     unbalanced_sigma=a.unbalanced_sigma,
+                     synthetic_heterogeneity=a.synthetic_heterogeneity,
+                     max_client_examples=a.max_client_examples,
+                     test_examples=a.test_examples,
+                     max_elements_per_user=a.max_elements_per_user)
 
 
-def hparams(grid: bool = False) -> hparams_lib.HParams:
+_HPARAMS = tuple(f.name for f in dataclasses.fields(hparams_lib.HParams))
+
+
+def hparams(grid: bool = False, args: Optional[TrainerArgs] = None) -> hparams_lib.HParams:
   """The algorithm's hyperparameters. `grid`: the flags are shared by several
   algorithms (experiment grids), so other algorithms' own flags are dropped
   instead of refused."""
-  hp = _flag_hparams()
-  from tff_algos import registry  # pylint: disable=g-import-not-at-top
-  names = [f.name for f in dataclasses.fields(hparams_lib.HParams)]
-  hp = registry.with_defaults(FLAGS.algorithm, hp, [n for n in names if _unset(n)])
-  return registry.for_algorithm(FLAGS.algorithm, hp) if grid else hp
+  a = args_of(args)
+  hp = _flag_hparams(a)
+  hp = registry.with_defaults(a.algorithm, hp, [n for n in _HPARAMS if a.unset(n)])
+  return registry.for_algorithm(a.algorithm, hp) if grid else hp
 
 
-def _flag_hparams() -> hparams_lib.HParams:
-  """The hyperparameters exactly as the flags give them (no TensorFlow needed)."""
-  names = [f.name for f in dataclasses.fields(hparams_lib.HParams)]
-  return hparams_lib.HParams(**{n: getattr(FLAGS, n) for n in names})
+def _flag_hparams(args: TrainerArgs) -> hparams_lib.HParams:
+  """The hyperparameters exactly as the flags give them."""
+  return hparams_lib.HParams(**{n: args.values[n] for n in _HPARAMS})
 
 
-def _unset(name: str) -> bool:
-  flag = FLAGS[name]
-  return not flag.present and flag.value == flag.default
-
-
-def algorithm_defaults() -> dict:
+def algorithm_defaults(args: Optional[TrainerArgs] = None) -> dict:
   """The algorithm's own defaults that replace flags left unset (e.g. FedGBO's K)."""
-  names = [f.name for f in dataclasses.fields(hparams_lib.HParams)]
-  hp = hparams()
-  return {n: getattr(hp, n) for n in names if getattr(hp, n) != getattr(FLAGS, n)}
+  a = args_of(args)
+  hp = hparams(args=a)
+  return {n: getattr(hp, n) for n in _HPARAMS if getattr(hp, n) != a.values[n]}
 
 
-def warn_ignored_flags(algorithms) -> None:
+def warn_ignored_flags(algorithms, args: Optional[TrainerArgs] = None) -> None:
   """One stderr line per algorithm-specific flag that some of a grid's algorithms
   ignore (e.g. --clip_norm: FedGBO's baselines clip, FedGBO does not)."""
-  from tff_algos import registry  # pylint: disable=g-import-not-at-top
-  for flag, names in registry.ignored_flags(algorithms, hparams()).items():
+  for flag, names in registry.ignored_flags(algorithms, hparams(args=args)).items():
     print(f'note: --{flag} is not used by {", ".join(names)}; those run without it',
           file=sys.stderr)
 
 
-def experiment_name() -> str:
-  if FLAGS.experiment_name:
-    return FLAGS.experiment_name
-  hp = hparams()
-  parts = [FLAGS.task, FLAGS.algorithm, f'c{hp.client_optimizer}{FLAGS.client_learning_rate:g}',
-           f's{FLAGS.server_optimizer}{FLAGS.server_learning_rate:g}',
-           f'K{hp.local_steps}' if hp.local_steps else f'E{FLAGS.client_epochs_per_round}',
-           f'M{FLAGS.clients_per_round}', f'seed{FLAGS.seed}']
+def experiment_name(args: Optional[TrainerArgs] = None) -> str:
+  a = args_of(args)
+  if a.experiment_name:
+    return a.experiment_name
+  hp = hparams(args=a)
+  parts = [a.task, a.algorithm, f'c{hp.client_optimizer}{a.client_learning_rate:g}',
+           f's{a.server_optimizer}{a.server_learning_rate:g}',
+           f'K{hp.local_steps}' if hp.local_steps else f'E{a.client_epochs_per_round}',
+           f'M{a.clients_per_round}', f'seed{a.seed}']
   return '_'.join(parts)
 
 
-def run_config(output_dir):
+def run_config(output_dir, args: Optional[TrainerArgs] = None):
   from tff_algos.training import RunConfig  # pylint: disable=g-import-not-at-top
-  return RunConfig(total_rounds=FLAGS.total_rounds,
-                   clients_per_round=FLAGS.clients_per_round, seed=FLAGS.seed,
-                   rounds_per_eval=FLAGS.rounds_per_eval,
-                   rounds_per_checkpoint=FLAGS.rounds_per_checkpoint,
-                   output_dir=output_dir, progress=FLAGS.progress,
-                   shuffle=FLAGS.shuffle, max_eval_examples=FLAGS.max_eval_examples,
-                   restart=FLAGS.restart,
-                   max_rounds_all_dropped=FLAGS.max_rounds_all_dropped,
-                   participation_prob=FLAGS.participation_prob)
+  a = args_of(args)
+  return RunConfig(total_rounds=a.total_rounds, clients_per_round=a.clients_per_round,
+                   seed=a.seed, rounds_per_eval=a.rounds_per_eval,
+                   rounds_per_checkpoint=a.rounds_per_checkpoint,
+                   output_dir=output_dir, progress=a.progress,
+                   shuffle=a.shuffle, max_eval_examples=a.max_eval_examples,
+                   restart=a.restart, max_rounds_all_dropped=a.max_rounds_all_dropped,
+                   participation_prob=a.participation_prob)
 
 
-def validate(grid: bool = False):
+def validate(grid: bool = False, args: Optional[TrainerArgs] = None):
   """All cheap checks; raises FlagError with one readable message.
 
-  The checks that need no TensorFlow come first (a typo there is answered
-  in about a second); the task and algorithm checks load it.
+  The checks that need no TensorFlow come first (the algorithm's flag rules
+  included: a bad combination is answered in about a second); the task
+  checks, the run config and the algorithm's config may load it.
+  Returns (TaskOptions, HParams, RunConfig without an output directory).
   """
+  a = args_of(args)
   try:
-    name = FLAGS.experiment_name
+    name = a.experiment_name
     if name is not None and (not re.fullmatch(r'[\w.\-]+', name) or name in ('.', '..')):
       raise ValueError(f'--experiment_name must be one directory name of letters, digits, '
                        f'_ . - (not . or ..), got {name!r}')
-    _flag_hparams().client_optimizer_spec()
-    _flag_hparams().server_optimizer_spec()
+    _flag_hparams(a).client_optimizer_spec()
+    _flag_hparams(a).server_optimizer_spec()
+    hp = hparams(grid, a)
+    registry.check_flags(a.algorithm, hp)  # no TensorFlow up to here
     from tasks import check_options  # pylint: disable=g-import-not-at-top
-    options = task_options()
-    check_options(FLAGS.task, options)
-    from tff_algos import registry  # pylint: disable=g-import-not-at-top
-    hp = hparams(grid)
-    registry.check(FLAGS.algorithm, hp)
-    config = run_config(None)
+    options = task_options(a)
+    check_options(a.task, options)
+    config = run_config(None, a)
     runtime_flags.check()
+    registry.check(a.algorithm, hp)
   except ValueError as e:  # TaskError is a ValueError
     raise FlagError(str(e)) from None
   return options, hp, config
 
 
-def output_dir() -> str:
-  return os.path.join(FLAGS.root_output_dir, experiment_name())
+def output_dir(args: Optional[TrainerArgs] = None) -> str:
+  a = args_of(args)
+  return os.path.join(a.root_output_dir, experiment_name(a))
 
 
-def flag_values() -> dict:
+def flag_values(args: Optional[TrainerArgs] = None) -> dict:
   """This module's flag values and the backend's, for summary.json."""
-  values = {f.name: f.value for f in FLAGS.get_flags_for_module(__name__)}
-  values.update(algorithm_defaults())
+  a = args_of(args)
+  values = dict(a.values)
+  values.update(algorithm_defaults(a))
   values.update(runtime_flags.values())
   return values
 
@@ -294,11 +288,12 @@ _RESUMABLE = ('total_rounds', 'progress', 'rounds_per_eval', 'rounds_per_checkpo
               'max_rounds_all_dropped')
 
 
-def run_identity() -> dict:
+def run_identity(args: Optional[TrainerArgs] = None) -> dict:
   """The flag values that define a run (a resume must repeat them).
 
   Only flags that differ from their defaults: a flag added in a later version
   (at its default) does not make older runs unresumable.
   """
-  return {f.name: f.value for f in FLAGS.get_flags_for_module(__name__)
-          if f.name not in _RESUMABLE and f.value != f.default}
+  a = args_of(args)
+  return {n: v for n, v in a.values.items()
+          if n not in _RESUMABLE and v != FLAGS[n].default}

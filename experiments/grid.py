@@ -5,8 +5,9 @@ r"""Hyperparameter grid over the trainer (paper 000 Tables 4-5 style searches).
       --group_by=local_steps --select_last_rounds=100
 
 Every trainer flag is accepted and gives the base values; `--grid` lists
-`flag=v1,v2,...` groups separated by ';'. Each combination is one run in
-<root_output_dir>/<grid_name>/<combination> (resumable like the trainer). A
+`flag=v1,v2,...` groups of trainer flags separated by ';'. Each combination is
+one run in <root_output_dir>/<grid_name>/<combination> (resumable like the
+trainer); all of them run in this one process. A
 run's score is the mean of `--select_metric` over the evaluations of its last
 `--select_last_rounds` rounds (paper 000: highest mean test accuracy over the
 last 500 rounds). Prints every run sorted by score, the best per `--group_by`
@@ -41,13 +42,14 @@ FLAGS = flags.FLAGS
 
 def parse_grid(spec: str) -> list[tuple[str, list[str]]]:
   axes = []
+  trainer = {f.name for f in FLAGS.get_flags_for_module(trainer_flags)}
   for part in filter(None, (p.strip() for p in spec.split(';'))):
     if '=' not in part:
       raise ValueError(f'grid axis {part!r} is not flag=v1,v2')
     name, values = part.split('=', 1)
     name = name.strip()
-    if name not in FLAGS:
-      raise ValueError(f'unknown flag {name!r} in --grid')
+    if name not in trainer:
+      raise ValueError(f'unknown flag {name!r} in --grid (a grid axis is a trainer flag)')
     vals = [v.strip() for v in values.split(',') if v.strip()]
     if not vals:
       raise ValueError(f'grid axis {name!r} has no values')
@@ -55,6 +57,20 @@ def parse_grid(spec: str) -> list[tuple[str, list[str]]]:
   if not axes:
     raise ValueError('--grid is empty')
   return axes
+
+
+def combinations(args: trainer_flags.TrainerArgs, axes
+                 ) -> list[tuple[dict[str, str], trainer_flags.TrainerArgs]]:
+  """(axis values as written, the trainer's values with them) per combination."""
+  out = []
+  for values in itertools.product(*[v for _, v in axes]):
+    combo = dict(zip([a for a, _ in axes], values))
+    try:
+      parsed = {k: FLAGS[k].parser.parse(v) for k, v in combo.items()}
+    except (ValueError, flags.Error) as e:
+      raise ValueError(f'--grid {combination_name(combo)}: {e}') from None
+    out.append((combo, args.override(**parsed)))
+  return out
 
 
 def combination_name(combo: dict[str, str]) -> str:
@@ -69,52 +85,39 @@ def score(rows, metric: str, last_rounds: int) -> float:
   return float(np.mean(values)) if values else float('nan')
 
 
-def main(argv):
-  del argv
-  common.quiet_logs()
-  try:
-    axes = parse_grid(FLAGS.grid)
-    for g in FLAGS.group_by:
-      if g not in dict(axes):
-        raise ValueError(f'--group_by {g!r} is not a grid axis')
-    combos = [dict(zip([a for a, _ in axes], values))
-              for values in itertools.product(*[v for _, v in axes])]
-    for combo in combos:  # validate every combination before running any
-      for k, v in combo.items():
-        FLAGS[k].parse(v)
-      trainer_flags.validate()
-  except (ValueError, flags.Error) as e:
-    return common.fail(e)
-
-  from tasks import get_task
-  from tff_algos import registry, training
-  grid_dir = os.path.join(FLAGS.root_output_dir, FLAGS.grid_name or f'grid_{FLAGS.task}')
+def run_grid(runs, grid_dir: str, select_metric: str, select_last_rounds: int
+             ) -> list[dict]:
+  """Trains every (combination, TrainerArgs) of `runs` in this process, each in
+  <grid_dir>/<combination>; returns one result row per run (with its final model
+  weights under 'model_weights')."""
+  from tasks import get_task  # pylint: disable=g-import-not-at-top
+  from tff_algos import registry, training  # pylint: disable=g-import-not-at-top
   results = []
   tasks_cache = {}
   with runtime_flags.managed_context():
-    for i, combo in enumerate(combos):
-      for k, v in combo.items():
-        FLAGS[k].parse(v)
-      options, hp, _ = trainer_flags.validate()
+    for i, (combo, args) in enumerate(runs):
+      options, hp, _ = trainer_flags.validate(args=args)
       if options not in tasks_cache:
-        tasks_cache[options] = get_task(FLAGS.task, options)
+        tasks_cache[options] = get_task(args.task, options)
       task = tasks_cache[options]
       name = combination_name(combo)
       out_dir = os.path.join(grid_dir, name)
-      print(f'[{i + 1}/{len(combos)}] {name}', flush=True)
-      algorithm = registry.build(FLAGS.algorithm, task.model_fn, hp)
-      result = training.run_training(algorithm, task, trainer_flags.run_config(out_dir),
-                                     extra_summary={'flags': trainer_flags.flag_values(),
+      print(f'[{i + 1}/{len(runs)}] {name}', flush=True)
+      algorithm = registry.build(args.algorithm, task.model_fn, hp)
+      result = training.run_training(algorithm, task, trainer_flags.run_config(out_dir, args),
+                                     extra_summary={'flags': trainer_flags.flag_values(args),
                                                     'grid': combo},
-                                     identity=trainer_flags.run_identity())
+                                     identity=trainer_flags.run_identity(args))
       rows = report.read_metrics(os.path.join(out_dir, 'metrics.csv'))
-      results.append(dict(combo, score=score(rows, FLAGS.select_metric,
-                                             FLAGS.select_last_rounds),
+      results.append(dict(combo, score=score(rows, select_metric, select_last_rounds),
                           client_steps=result.summary['totals']['client_steps'],
-                          upload_bytes=result.summary['totals']['upload_bytes']))
+                          upload_bytes=result.summary['totals']['upload_bytes'],
+                          model_weights=result.model_weights))
+  return results
 
+
+def _print_and_write(results: list[dict], keys: list[str], grid_dir: str) -> None:
   results.sort(key=lambda r: -np.nan_to_num(r['score'], nan=-np.inf))
-  keys = [a for a, _ in axes]
   header = keys + ['score', 'client_steps', 'upload_MB']
   table = [[r[k] for k in keys] + [r['score'], int(r['client_steps']), r['upload_bytes'] / 1e6]
            for r in results]
@@ -129,10 +132,30 @@ def main(argv):
         r['score'], int(r['client_steps']), r['upload_bytes'] / 1e6] for r in best.values()]))
   os.makedirs(grid_dir, exist_ok=True)
   with open(os.path.join(grid_dir, 'grid.csv'), 'w', newline='') as f:
-    writer = csv.DictWriter(f, fieldnames=keys + ['score', 'client_steps', 'upload_bytes'])
+    fields = keys + ['score', 'client_steps', 'upload_bytes']
+    writer = csv.DictWriter(f, fieldnames=fields, extrasaction='ignore')
     writer.writeheader()
     writer.writerows(results)
   print(f'grid: {os.path.join(grid_dir, "grid.csv")}')
+
+
+def main(argv):
+  del argv
+  common.quiet_logs()
+  args = trainer_flags.TrainerArgs.from_flags()
+  try:
+    axes = parse_grid(FLAGS.grid)
+    for g in FLAGS.group_by:
+      if g not in dict(axes):
+        raise ValueError(f'--group_by {g!r} is not a grid axis')
+    runs = combinations(args, axes)
+    for _, run_args in runs:  # validate every combination before running any
+      trainer_flags.validate(args=run_args)
+  except (ValueError, flags.Error) as e:
+    return common.fail(e)
+  grid_dir = os.path.join(args.root_output_dir, FLAGS.grid_name or f'grid_{args.task}')
+  results = run_grid(runs, grid_dir, FLAGS.select_metric, FLAGS.select_last_rounds)
+  _print_and_write(results, [a for a, _ in axes], grid_dir)
   return 0
 
 

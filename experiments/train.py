@@ -31,52 +31,57 @@ flags.DEFINE_bool('list_algorithms', False, 'List algorithms and exit.')
 FLAGS = flags.FLAGS
 
 
-def fit_cohort_to(num_clients: int, task_name: str) -> None:
+def fit_cohort_to(args: trainer_flags.TrainerArgs, num_clients: int,
+                  task_name: str) -> trainer_flags.TrainerArgs:
   """--clients_per_round against the task's clients: TFF's synthetic data has
   only a few, so with --use_synthetic_data an unset --clients_per_round takes
   them all; otherwise a cohort larger than the task is a `FlagError`."""
-  if FLAGS.clients_per_round <= num_clients:
-    return
-  if FLAGS.use_synthetic_data and not FLAGS['clients_per_round'].present:
-    FLAGS.clients_per_round = num_clients
+  if args.clients_per_round <= num_clients:
+    return args
+  if args.use_synthetic_data and 'clients_per_round' not in args.given:
     print(f'note: --use_synthetic_data: task {task_name!r} has {num_clients} clients; '
           f'using --clients_per_round={num_clients}', file=sys.stderr)
-    return
+    return args.override(clients_per_round=num_clients)
   raise trainer_flags.FlagError(
-      f'--clients_per_round={FLAGS.clients_per_round} exceeds the {num_clients} clients '
+      f'--clients_per_round={args.clients_per_round} exceeds the {num_clients} clients '
       f'of task {task_name!r}; set --clients_per_round={num_clients} or less')
+
+
+def _list(what: str) -> int:
+  from tasks import list_tasks  # pylint: disable=g-import-not-at-top
+  from tff_algos import registry  # pylint: disable=g-import-not-at-top
+  if what == 'tasks':
+    for name, spec in list_tasks().items():
+      print(f'{name:24s} models: {", ".join(spec.models):40s} {spec.description}')
+  else:
+    for name, spec in sorted(registry.ALGORITHMS.items()):
+      print(f'{name:24s} {spec.description}')
+  return 0
 
 
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
+  args = trainer_flags.TrainerArgs.from_flags()
   if not (FLAGS.list_tasks or FLAGS.list_algorithms):
-    options, hp, _ = trainer_flags.validate()
+    options, hp, _ = trainer_flags.validate(args=args)
   common.quiet_logs()
-  from tasks import get_task, list_tasks
-  from tff_algos import registry
-  if FLAGS.list_tasks:
-    for name, spec in list_tasks().items():
-      print(f'{name:24s} models: {", ".join(spec.models):40s} {spec.description}')
-    return 0
-  if FLAGS.list_algorithms:
-    for name, spec in sorted(registry.ALGORITHMS.items()):
-      print(f'{name:24s} {spec.description}')
-    return 0
+  if FLAGS.list_tasks or FLAGS.list_algorithms:
+    return _list('tasks' if FLAGS.list_tasks else 'algorithms')
 
-  from tff_algos import training
-  task = get_task(FLAGS.task, options)  # data errors surface before any worker starts
-  fit_cohort_to(len(task.client_ids), task.name)
-  out_dir = trainer_flags.output_dir()
-  from tff_algos import run_dir  # pylint: disable=g-import-not-at-top
+  from tasks import get_task  # pylint: disable=g-import-not-at-top
+  from tff_algos import registry, run_dir, training  # pylint: disable=g-import-not-at-top
+  task = get_task(args.task, options)  # data errors surface before any worker starts
+  args = fit_cohort_to(args, len(task.client_ids), task.name)
+  out_dir = trainer_flags.output_dir(args)
   run_dir.check_free(out_dir)  # another run there: refused before any tracing
   with runtime_flags.managed_context():
-    algorithm = registry.build(FLAGS.algorithm, task.model_fn, hp)
+    algorithm = registry.build(args.algorithm, task.model_fn, hp)
     print(f'{algorithm.name} on {task.name} ({task.info.get("model")}, '
           f'{len(task.client_ids)} clients) -> {out_dir}', flush=True)
-    result = training.run_training(algorithm, task, trainer_flags.run_config(out_dir),
-                                   extra_summary={'flags': trainer_flags.flag_values()},
-                                   identity=trainer_flags.run_identity())
+    result = training.run_training(algorithm, task, trainer_flags.run_config(out_dir, args),
+                                   extra_summary={'flags': trainer_flags.flag_values(args)},
+                                   identity=trainer_flags.run_identity(args))
   report.print_run_results(out_dir, result.final_eval)
   return 0
 

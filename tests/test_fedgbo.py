@@ -192,7 +192,8 @@ def test_check_accepts_each_optimizer():
   for name in gbo_optimizers.NAMES:
     for algorithm in ('fedgbo', 'mimelite', 'mimexlite', 'mfl'):
       registry.check(algorithm, _hp(client_optimizer=name))
-  config = fedgbo._fedgbo_config(_hp(client_optimizer='adam', gbo_reference_conventions=True))
+  config = fedgbo.FedGBOConfig.from_hparams(_hp(client_optimizer='adam',
+                                                gbo_reference_conventions=True))
   assert config.uniform_weighting
   assert (config.optimizer.initial_v, config.optimizer.bias_correction,
           config.optimizer.epsilon) == (1.0, False, 1e-3)

@@ -22,6 +22,35 @@ def test_parse_grid_and_score():
   assert grid.score(rows, 'eval/acc', 100) == pytest.approx(0.5)
 
 
+def test_combinations_are_values_and_leave_the_flags_alone():
+  from absl import flags
+  from experiments import flags as trainer_flags
+  from experiments import grid
+  FLAGS = flags.FLAGS
+  FLAGS.unparse_flags()
+  try:
+    FLAGS(['grid', '--algorithm=fedgbo', '--local_steps=4'])
+    base = trainer_flags.TrainerArgs.from_flags()
+    axes = grid.parse_grid('algorithm=fedgbo,fedavg;client_learning_rate=0.5,0.25')
+    runs = grid.combinations(base, axes)
+    assert [c for c, _ in runs] == [
+        {'algorithm': a, 'client_learning_rate': lr}
+        for a in ('fedgbo', 'fedavg') for lr in ('0.5', '0.25')]
+    hps = [trainer_flags.hparams(args=args) for _, args in runs]
+    assert [hp.client_learning_rate for hp in hps] == [0.5, 0.25, 0.5, 0.25]
+    # FedGBO's own default (client sgdm) applies to its runs only.
+    assert [hp.client_optimizer for hp in hps] == ['sgdm', 'sgdm', 'sgd', 'sgd']
+    assert all(hp.local_steps == 4 for hp in hps)
+    assert (FLAGS.algorithm, FLAGS.client_learning_rate) == ('fedgbo', 0.1)
+    assert not FLAGS['client_learning_rate'].present
+    with pytest.raises(ValueError, match='client_learning_rate=x'):
+      grid.combinations(base, grid.parse_grid('client_learning_rate=x'))
+    with pytest.raises(ValueError, match='a grid axis is a trainer flag'):
+      grid.parse_grid('grid_name=a,b')
+  finally:
+    FLAGS.unparse_flags()
+
+
 def test_small_grid_runs_every_combination(tmp_path):
   res = subprocess.run(
       [sys.executable, '-m', 'experiments.grid', '--model=logistic', '--total_rounds=3',
@@ -36,3 +65,34 @@ def test_small_grid_runs_every_combination(tmp_path):
   assert [r['client_learning_rate'] for r in rows] == ['0.5', '0.0']  # sorted by score
   assert float(rows[0]['score']) > float(rows[1]['score'])  # lr 0 cannot learn
   assert 'best per client_learning_rate' in res.stdout
+
+
+_TINY = ['--model=logistic', '--total_rounds=2', '--rounds_per_eval=1',
+         '--clients_per_round=3', '--local_steps=2', '--noprogress']
+
+
+def _run(module, *argv):
+  res = subprocess.run([sys.executable, '-m', module, *_TINY, *argv], cwd=ROOT,
+                       env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True,
+                       text=True, timeout=600)
+  assert res.returncode == 0, res.stderr[-3000:]
+  return res
+
+
+@pytest.mark.slow
+def test_a_grid_in_one_process_trains_the_models_of_separate_trainer_runs(tmp_path):
+  """All combinations run in one process, each from its own values (no flag
+  rewritten between runs), give the models of one trainer process per run."""
+  import numpy as np
+  res = _run('experiments.grid', '--grid=algorithm=fedavg,scaffold,fedprox', '--grid_name=g',
+             f'--root_output_dir={tmp_path}')
+  assert [line.split()[0] for line in res.stdout.splitlines() if line.startswith('[')] == [
+      '[1/3]', '[2/3]', '[3/3]']
+  for algorithm in ('fedavg', 'scaffold', 'fedprox'):
+    _run('experiments.train', f'--algorithm={algorithm}', f'--root_output_dir={tmp_path}',
+         f'--experiment_name=alone_{algorithm}')
+    grid = np.load(tmp_path / 'g' / f'algorithm={algorithm}' / 'final_weights.npz')
+    alone = np.load(tmp_path / f'alone_{algorithm}' / 'final_weights.npz')
+    assert grid.files == alone.files
+    for k in grid.files:
+      np.testing.assert_allclose(grid[k], alone[k], rtol=0, atol=1e-6)

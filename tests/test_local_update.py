@@ -82,13 +82,13 @@ def test_update_norm_is_the_norm_of_q_before_eta(quad):
 def test_reference_semantics_flag_weights_by_examples_unless_uniform():
   from tff_algos.hparams import HParams
   ref = HParams(decay_reference_semantics=True)
-  assert local_update._config(ref).example_weighted
-  assert local_update._decay(ref).semantics == 'reference'
-  assert not local_update._config(HParams(decay_reference_semantics=True,
-                                          uniform_weighting=True)).example_weighted
+  assert local_update.LocalUpdateConfig.from_hparams(ref).example_weighted
+  assert local_update.DecayConfig.from_hparams(ref).semantics == 'reference'
+  assert not local_update.LocalUpdateConfig.from_hparams(HParams(
+      decay_reference_semantics=True, uniform_weighting=True)).example_weighted
   paper = HParams()
-  assert not local_update._config(paper).example_weighted
-  assert local_update._decay(paper).semantics == 'paper'
+  assert not local_update.LocalUpdateConfig.from_hparams(paper).example_weighted
+  assert local_update.DecayConfig.from_hparams(paper).semantics == 'paper'
 
 
 def test_gamma_zero_gives_the_true_gradient(quad):

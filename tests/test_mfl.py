@@ -189,14 +189,14 @@ def test_dampened_sgdm_steady_step_is_lr_times_gradient():
 def test_trainer_mfl_runs_fedgbos_optimisers():
   """The flags give FedGBO's optimisers (dampened SGDm; beta_2 = 0.99, eps = 1e-3
   by default; --gbo_reference_conventions: v_0 = 1, no correction, 1/M)."""
-  config = mfl._mfl_config(HParams(client_optimizer='sgdm', client_momentum=0.6,
-                                   client_learning_rate=0.3, local_steps=5))
+  config = mfl.MFLConfig.from_hparams(HParams(client_optimizer='sgdm', client_momentum=0.6,
+                                              client_learning_rate=0.3, local_steps=5))
   assert config.optimizer == gbo_optimizers.SGDm(0.6) and config.tff_optimizer is None
   assert config.learning_rate == 0.3 and not config.uniform_weighting
-  config = mfl._mfl_config(HParams(client_optimizer='adam', local_steps=5))
+  config = mfl.MFLConfig.from_hparams(HParams(client_optimizer='adam', local_steps=5))
   assert config.optimizer == gbo_optimizers.Adam(0.9, 0.99, epsilon=1e-3)
-  config = mfl._mfl_config(HParams(client_optimizer='rmsprop', local_steps=5,
-                                   gbo_reference_conventions=True))
+  config = mfl.MFLConfig.from_hparams(HParams(client_optimizer='rmsprop', local_steps=5,
+                                              gbo_reference_conventions=True))
   assert config.optimizer == gbo_optimizers.RMSProp(
       0.9, epsilon=1e-3, bias_correction=False, initial_v=1.0)
   assert config.uniform_weighting

@@ -127,10 +127,10 @@ def test_resolved_defaults_build_the_papers_optimiser():
   from tff_algos import mfl
   from tff_algos.core import gbo_optimizers
   hp, _, _ = _resolved('--algorithm=fedgbo')
-  config = fedgbo._fedgbo_config(hp)
+  config = fedgbo.FedGBOConfig.from_hparams(hp)
   assert (config.optimizer, config.local_steps) == (gbo_optimizers.SGDm(0.9), 10)
   hp, _, _ = _resolved('--algorithm=mfl')
-  assert mfl._mfl_config(hp).optimizer == gbo_optimizers.SGDm(0.9)
+  assert mfl.MFLConfig.from_hparams(hp).optimizer == gbo_optimizers.SGDm(0.9)
 
 
 @pytest.mark.slow

@@ -1,6 +1,7 @@
 """Algorithm registry: names, and flags that only some algorithms read."""
 
 import dataclasses
+import os
 
 import pytest
 
@@ -50,3 +51,60 @@ def test_flag_choices_are_the_registries_names():
   from tff_algos import registry
   assert sorted(trainer_flags.TASK_NAMES) == sorted(list_tasks())
   assert sorted(trainer_flags.ALGORITHM_NAMES) == sorted(registry.ALGORITHMS)
+
+
+def test_specific_flags_are_derived_from_the_specs():
+  from tff_algos import registry
+  device_models = {'feddyn', 'scaffold', 'fedavg', 'fedprox'}
+  assert registry.ALGORITHM_SPECIFIC_FLAGS == {
+      'feddyn_alpha': {'feddyn'}, 'feddyn_adaptive_alpha': {'feddyn'},
+      'feddyn_weight_decay_form': {'feddyn'}, 'report_device_average': device_models,
+      'client_weight_decay': device_models | {'fedmax'}, 'clip_norm': device_models | {'fedmax'},
+      'prox_mu': {'fedprox'}, 'scaffold_reference_conventions': {'scaffold'},
+      'fedmax_beta': {'fedmax'}, 'fedmax_reference_kl': {'fedmax'},
+      'gbo_reference_conventions': {'fedgbo', 'mfl', 'mimelite', 'mimexlite'},
+      'server_adaptive_lr': {'nastya'}, 'client_lr_milestones': {'nastya', 'fedrr'}}
+
+
+def test_every_spec_names_a_module_that_builds_it():
+  import importlib
+  from tff_algos import registry
+  for spec in registry.ALGORITHMS.values():
+    module = importlib.import_module(spec.module)
+    assert callable(module.config_from_hparams) and callable(module.build_from_hparams)
+
+
+# Parses a bad command line as the trainer does and validates it; prints the
+# error and whether TensorFlow had been imported by then.
+_VALIDATE = '''
+import sys
+from absl import flags
+from experiments import flags as trainer_flags
+flags.FLAGS(['train', *sys.argv[1:]])
+try:
+  trainer_flags.validate()
+except trainer_flags.FlagError as e:
+  print(e)
+print('tensorflow' in sys.modules, 'tensorflow_federated' in sys.modules)
+'''
+
+
+@pytest.mark.parametrize('argv,message', [
+    ('--algorithm=fedavg --local_steps_decay=0.9', 'local_steps_decay needs local_steps'),
+    ('--algorithm=fedgbo --prox_mu=0.5', '--prox_mu is not used by fedgbo'),
+    ('--algorithm=feddyn --server_optimizer=adam', 'feddyn does not use --server_optimizer'),
+    ('--algorithm=fedrr --server_learning_rate=2', 'fedrr has no server step'),
+    ('--algorithm=mfl --client_optimizer=yogi', 'MFL averages client optimiser state'),
+    ('--algorithm=kmaml --client_optimizer=adam', 'kmaml does not use --client_optimizer'),
+])
+def test_bad_algorithm_flags_are_answered_without_tensorflow(argv, message):
+  import subprocess
+  import sys
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  res = subprocess.run([sys.executable, '-c', _VALIDATE, *argv.split()], cwd=root,
+                       env=dict(os.environ, PYTHONPATH=root), capture_output=True, text=True,
+                       timeout=120)
+  assert res.returncode == 0, res.stderr[-2000:]
+  error, loaded = res.stdout.strip().splitlines()
+  assert message in error
+  assert loaded == 'False False', res.stdout

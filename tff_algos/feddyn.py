@@ -47,7 +47,7 @@ from tff_algos.core import device_average
 from tff_algos.core import local_training
 from tff_algos.core import stateful_process
 from tff_algos.core.algorithm import FederatedAlgorithm
-from tff_algos.hparams import AlgorithmSpec, HParams
+from tff_algos.hparams import HParams
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,6 +69,16 @@ class FedDynConfig:
       raise ValueError(f'feddyn alpha must be > 0, got {self.alpha}')
     local_training.check_regularization(self.weight_decay, self.clip_norm)
     self.client_schedule()
+
+  @classmethod
+  def from_hparams(cls, hp: HParams) -> 'FedDynConfig':
+    return cls(alpha=hp.feddyn_alpha, client_learning_rate=hp.client_learning_rate,
+               local_steps=hp.local_steps, epochs=hp.client_epochs_per_round,
+               local_steps_decay=hp.local_steps_decay, client_lr_decay=hp.client_lr_decay,
+               adaptive_alpha=hp.feddyn_adaptive_alpha,
+               weight_decay_form=hp.feddyn_weight_decay_form,
+               weight_decay=hp.client_weight_decay, clip_norm=hp.clip_norm,
+               report_device_average=hp.report_device_average)
 
   def client_schedule(self) -> client_work_lib.ClientSchedule:
     return client_work_lib.client_schedule(
@@ -173,32 +183,11 @@ def build_feddyn(model_fn: Callable[[], tff.learning.models.VariableModel],
                             compute=accounting.ComputeModel(optimizer_flops_per_param=6.0))
 
 
-# Trainer integration: flag values (HParams) -> config, in one place.
-def _feddyn_config(hp: HParams) -> FedDynConfig:
-  if hp.client_optimizer != 'sgd' or hp.client_momentum:
-    raise ValueError('feddyn clients run plain SGD (--client_optimizer=sgd, '
-                     'no --client_momentum)')
-  if hp.server_optimizer != 'sgd' or hp.server_learning_rate != 1.0 or \
-      hp.server_lr_decay != 1.0:
-    raise ValueError('feddyn has its own server rule (theta = mean theta_k - h/alpha): '
-                     'leave --server_optimizer, --server_learning_rate and '
-                     '--server_lr_decay at their defaults')
-  return FedDynConfig(
-      alpha=hp.feddyn_alpha, client_learning_rate=hp.client_learning_rate,
-      local_steps=hp.local_steps, epochs=hp.client_epochs_per_round,
-      local_steps_decay=hp.local_steps_decay, client_lr_decay=hp.client_lr_decay,
-      adaptive_alpha=hp.feddyn_adaptive_alpha,
-      weight_decay_form=hp.feddyn_weight_decay_form,
-      weight_decay=hp.client_weight_decay, clip_norm=hp.clip_norm,
-      report_device_average=hp.report_device_average)
+# Trainer integration (the flag rules: `flag_rules.feddyn`).
+def config_from_hparams(name: str, hp: HParams) -> FedDynConfig:
+  del name
+  return FedDynConfig.from_hparams(hp)
 
 
-def _build_feddyn(model_fn, hp: HParams) -> FederatedAlgorithm:
-  return build_feddyn(model_fn, _feddyn_config(hp))
-
-
-ALGORITHM_SPECS = (
-    AlgorithmSpec('feddyn', _build_feddyn, _feddyn_config,
-                  'FedDyn (paper 003): dynamic regulariser alpha, per-client state '
-                  'grad L_k (disk-backed store), server h'),
-)
+def build_from_hparams(name: str, model_fn, hp: HParams) -> FederatedAlgorithm:
+  return build_feddyn(model_fn, FedDynConfig.from_hparams(hp), name)

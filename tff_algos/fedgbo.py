@@ -20,7 +20,7 @@ the first tracking step); eps = 1e-3, beta_2 = 0.99 (Sec. 5).
 weighting are the authors' code (v_0 = 1, no bias correction, eps = 1e-3,
 unweighted mean): `FedGBOConfig.reference()`, the trainer's
 --gbo_reference_conventions. Unset trainer flags take Sec. 5's K = 10 and
-SGDm (beta 0.9): `paper_defaults`.
+SGDm (beta 0.9): `flag_rules.paper_defaults`.
 K_t and eta_t may decay by round (`core.schedules`); the inverse step uses
 the round's own K_t and eta_t. K must be a number of steps (not epochs), or
 the inverse step would not know it.
@@ -35,6 +35,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_algos import fedopt
+from tff_algos import flag_rules
 from tff_algos.core import accounting
 from tff_algos.core import client_work as client_work_lib
 from tff_algos.core import gbo_optimizers
@@ -43,7 +44,7 @@ from tff_algos.core import local_training
 from tff_algos.core import optimizers
 from tff_algos.core import schedules
 from tff_algos.core.algorithm import FederatedAlgorithm
-from tff_algos.hparams import AlgorithmSpec, HParams
+from tff_algos.hparams import HParams
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,6 +63,13 @@ class FedGBOConfig:
       raise ValueError(f'FedGBO needs a learning rate eta > 0 (its inverse step '
                        f'divides by it), got {self.learning_rate}')
     self.client_schedule()
+
+  @classmethod
+  def from_hparams(cls, hp: HParams) -> 'FedGBOConfig':
+    return cls(optimizer=gbo_optimizer(hp, 'fedgbo'), learning_rate=hp.client_learning_rate,
+               local_steps=hp.local_steps, local_steps_decay=hp.local_steps_decay,
+               client_lr_decay=hp.client_lr_decay,
+               uniform_weighting=hp.uniform_weighting or hp.gbo_reference_conventions)
 
   def client_schedule(self) -> client_work_lib.ClientSchedule:
     if self.local_steps is None:
@@ -115,66 +123,20 @@ def build_fedgbo(model_fn: Callable[[], tff.learning.models.VariableModel],
       optimizer_flops_per_param=rule.flops_fixed))
 
 
-# Trainer integration: flag values (HParams) -> config, in one place.
-PAPER_LOCAL_STEPS = 10      # Sec. 5: K = 10 (Table IV) or 50
-PAPER_OPTIMIZER = 'sgdm'    # Table IV's client optimiser (beta 0.9: `gbo_optimizers.build`)
-
-
-def paper_defaults(unset: frozenset[str]) -> dict:
-  """Paper 004's K and client optimiser for the flags left unset (FedGBO, MFL,
-  Mimelite, MimeXlite): the trainer's plain SGD has no statistics to keep."""
-  defaults = {}
-  if 'client_optimizer' in unset:
-    defaults['client_optimizer'] = PAPER_OPTIMIZER
-  if {'local_steps', 'client_epochs_per_round'} <= unset:
-    defaults['local_steps'] = PAPER_LOCAL_STEPS
-  return defaults
-
-
+# Trainer integration (the flag rules: `flag_rules.fedgbo`).
 def gbo_optimizer(hp: HParams, what: str) -> gbo_optimizers.GBOOptimizer:
   """--client_optimizer=sgdm|rmsprop|adam with fixed global statistics."""
-  if hp.client_optimizer not in gbo_optimizers.NAMES:
-    raise ValueError(f'{what} needs --client_optimizer in {gbo_optimizers.NAMES} '
-                     f'(an optimiser with statistics), got {hp.client_optimizer!r}')
-  if hp.client_optimizer == 'sgdm' and hp.client_beta_1 is not None:
-    raise ValueError('SGDm: set beta with --client_momentum, not --client_beta_1')
+  flag_rules.statistics_optimizer(hp, what)
   beta_1 = hp.client_momentum if hp.client_optimizer == 'sgdm' else hp.client_beta_1
-  if hp.client_optimizer != 'sgdm' and hp.client_momentum is not None:
-    raise ValueError(f'--client_momentum is for sgdm; {hp.client_optimizer} '
-                     'takes --client_beta_1/--client_beta_2')
   return gbo_optimizers.build(hp.client_optimizer, beta_1=beta_1, beta_2=hp.client_beta_2,
                               epsilon=hp.client_epsilon,
                               reference_conventions=hp.gbo_reference_conventions)
 
 
-def check_server_default(hp: HParams, what: str, server_optimizer_allowed: bool = False):
-  spec = hp.server_optimizer_spec()
-  if not server_optimizer_allowed and (
-      spec.name != 'sgd' or spec.learning_rate != 1.0 or spec.get('momentum')
-      or hp.server_lr_decay != 1.0):
-    raise ValueError(f'{what}: the server averages the client models (no server '
-                     'optimizer); leave --server_optimizer/--server_learning_rate/'
-                     '--server_lr_decay at their defaults')
+def config_from_hparams(name: str, hp: HParams) -> FedGBOConfig:
+  del name
+  return FedGBOConfig.from_hparams(hp)
 
 
-def _fedgbo_config(hp: HParams) -> FedGBOConfig:
-  check_server_default(hp, 'fedgbo')
-  if hp.local_steps is None:
-    raise ValueError('fedgbo needs --local_steps (K): its inverse step divides by K')
-  return FedGBOConfig(
-      optimizer=gbo_optimizer(hp, 'fedgbo'), learning_rate=hp.client_learning_rate,
-      local_steps=hp.local_steps, local_steps_decay=hp.local_steps_decay,
-      client_lr_decay=hp.client_lr_decay,
-      uniform_weighting=hp.uniform_weighting or hp.gbo_reference_conventions)
-
-
-def _build_fedgbo(model_fn, hp: HParams) -> FederatedAlgorithm:
-  return build_fedgbo(model_fn, _fedgbo_config(hp))
-
-
-ALGORITHM_SPECS = (
-    AlgorithmSpec('fedgbo', _build_fedgbo, _fedgbo_config,
-                  'FedGBO (paper 004): client sgdm/rmsprop/adam with global statistics '
-                  'fixed during K local steps, tracked by the inverse step',
-                  defaults=paper_defaults),
-)
+def build_from_hparams(name: str, model_fn, hp: HParams) -> FederatedAlgorithm:
+  return build_fedgbo(model_fn, FedGBOConfig.from_hparams(hp), name)

@@ -38,7 +38,7 @@ import tensorflow_federated as tff
 
 from tff_algos import fedopt
 from tff_algos.core.algorithm import FederatedAlgorithm
-from tff_algos.hparams import AlgorithmSpec, HParams
+from tff_algos.hparams import HParams
 
 PENULTIMATE_LAYER_NAME = 'penultimate'
 
@@ -120,6 +120,11 @@ class FedMaxConfig:
     if not self.beta >= 0:
       raise ValueError(f'fedmax_beta must be >= 0, got {self.beta}')
 
+  @classmethod
+  def from_hparams(cls, hp: HParams) -> 'FedMaxConfig':
+    return cls(fedopt=fedopt.FedOptConfig.from_hparams(hp), beta=hp.fedmax_beta,
+               reference_kl=hp.fedmax_reference_kl)
+
 
 def build_fedmax(model_fn, config: FedMaxConfig = FedMaxConfig(),
                  name: str = 'fedmax') -> FederatedAlgorithm:
@@ -139,12 +144,10 @@ def _keras_of(model: tff.learning.models.VariableModel) -> tf.keras.Model:
 
 
 # Trainer integration: flag values (HParams) -> config, in one place.
-def _config(hp: HParams) -> FedMaxConfig:
-  return FedMaxConfig(fedopt=fedopt._fedopt_config(hp), beta=hp.fedmax_beta,  # pylint: disable=protected-access
-                      reference_kl=hp.fedmax_reference_kl)
+def config_from_hparams(name: str, hp: HParams) -> FedMaxConfig:
+  del name
+  return FedMaxConfig.from_hparams(hp)
 
 
-ALGORITHM_SPECS = (
-    AlgorithmSpec('fedmax', lambda model_fn, hp: build_fedmax(model_fn, _config(hp)),
-                  _config, 'FedMAX: FedAvg + beta KL(softmax(penultimate) || uniform)'),
-)
+def build_from_hparams(name: str, model_fn, hp: HParams) -> FederatedAlgorithm:
+  return build_fedmax(model_fn, FedMaxConfig.from_hparams(hp), name)

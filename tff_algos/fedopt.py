@@ -32,7 +32,7 @@ from tff_algos.core import local_training
 from tff_algos.core import optimizers
 from tff_algos.core import schedules
 from tff_algos.core.algorithm import FederatedAlgorithm
-from tff_algos.hparams import AlgorithmSpec, HParams
+from tff_algos.hparams import HParams
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,6 +54,15 @@ class FedOptConfig:
   def __post_init__(self):
     self.client_schedule()  # validates K_0, E, gamma, eta and their decays
     local_training.check_regularization(self.weight_decay, self.clip_norm)
+
+  @classmethod
+  def from_hparams(cls, hp: HParams) -> 'FedOptConfig':
+    return cls(client_optimizer=hp.client_optimizer_spec(),
+               server_optimizer=hp.server_optimizer_spec(),
+               local_steps=hp.local_steps, epochs=hp.client_epochs_per_round,
+               local_steps_decay=hp.local_steps_decay, client_lr_decay=hp.client_lr_decay,
+               server_lr_decay=hp.server_lr_decay, uniform_weighting=hp.uniform_weighting,
+               weight_decay=hp.client_weight_decay, clip_norm=hp.clip_norm)
 
   def client_schedule(self) -> client_work_lib.ClientSchedule:
     return client_work_lib.client_schedule(
@@ -130,28 +139,16 @@ def build_fedsgd(model_fn, server_optimizer: optimizers.OptimizerSpec =
 
 
 # Trainer integration: flag values (HParams) -> config, in one place.
-def _fedopt_config(hp: HParams) -> FedOptConfig:
-  return FedOptConfig(
-      client_optimizer=hp.client_optimizer_spec(),
-      server_optimizer=hp.server_optimizer_spec(),
-      local_steps=hp.local_steps, epochs=hp.client_epochs_per_round,
-      local_steps_decay=hp.local_steps_decay, client_lr_decay=hp.client_lr_decay,
-      server_lr_decay=hp.server_lr_decay, uniform_weighting=hp.uniform_weighting,
-      weight_decay=hp.client_weight_decay, clip_norm=hp.clip_norm)
+def config_from_hparams(name: str, hp: HParams):
+  """FedSGD's server schedule; FedAvg's config (its registry entry builds it in
+  `fedprox`, which adds the device-average option)."""
+  if name == 'fedsgd':
+    return schedules.ExponentialDecay(hp.server_optimizer_spec().learning_rate,
+                                      hp.server_lr_decay)
+  return FedOptConfig.from_hparams(hp)
 
 
-def _build_fedavg(model_fn, hp: HParams) -> FederatedAlgorithm:
-  return build_fedopt(model_fn, _fedopt_config(hp), name='fedavg')
-
-
-def _build_fedsgd(model_fn, hp: HParams) -> FederatedAlgorithm:
-  return build_fedsgd(model_fn, hp.server_optimizer_spec(), hp.server_lr_decay)
-
-
-ALGORITHM_SPECS = (
-    AlgorithmSpec('fedavg', _build_fedavg, _fedopt_config,
-                  'FedAvg/FedOpt: K steps or E epochs, any server optimizer'),
-    AlgorithmSpec('fedsgd', _build_fedsgd, lambda hp: schedules.ExponentialDecay(
-        hp.server_optimizer_spec().learning_rate, hp.server_lr_decay),
-                  'FedSGD: one gradient per client, server optimizer step'),
-)
+def build_from_hparams(name: str, model_fn, hp: HParams) -> FederatedAlgorithm:
+  if name == 'fedsgd':
+    return build_fedsgd(model_fn, hp.server_optimizer_spec(), hp.server_lr_decay)
+  return build_fedopt(model_fn, FedOptConfig.from_hparams(hp), name=name)

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-from typing import Callable
+from typing import Callable, Optional
 
 import tensorflow as tf
 import tensorflow_federated as tff
@@ -45,7 +45,7 @@ from tff_algos.core import device_average
 from tff_algos.core import local_training
 from tff_algos.core import stateful_process
 from tff_algos.core.algorithm import FederatedAlgorithm
-from tff_algos.hparams import AlgorithmSpec, HParams
+from tff_algos.hparams import HParams
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,6 +63,13 @@ class FedProxConfig:
       raise ValueError('report_device_average runs FedAvg/FedProx with a plain server '
                        'step: use --server_optimizer=sgd without momentum or '
                        '--server_lr_decay')
+
+  @classmethod
+  def from_hparams(cls, hp: HParams, mu: Optional[float] = None) -> 'FedProxConfig':
+    """`mu`: the proximal strength if not --prox_mu (FedAvg: 0)."""
+    return cls(mu=hp.prox_mu if mu is None else mu,
+               fedopt=fedopt.FedOptConfig.from_hparams(hp),
+               report_device_average=hp.report_device_average)
 
 
 def proximal_correction(mu: float):
@@ -148,32 +155,15 @@ def build_fedprox(model_fn: Callable[[], tff.learning.models.VariableModel],
       algorithm, compute=accounting.ComputeModel(optimizer_flops_per_param=5.0))
 
 
-# Trainer integration: flag values (HParams) -> config, in one place.
-def _fedprox_config(hp: HParams) -> FedProxConfig:
-  return FedProxConfig(mu=hp.prox_mu, fedopt=fedopt._fedopt_config(hp),
-                       report_device_average=hp.report_device_average)
+# Trainer integration: flag values (HParams) -> config, in one place. FedAvg
+# is FedOpt, or FedProx with mu = 0 when it reports the device average.
+def config_from_hparams(name: str, hp: HParams):
+  if name == 'fedavg' and not hp.report_device_average:
+    return fedopt.config_from_hparams(name, hp)
+  return FedProxConfig.from_hparams(hp, mu=0.0 if name == 'fedavg' else None)
 
 
-def _build_fedprox(model_fn, hp: HParams) -> FederatedAlgorithm:
-  return build_fedprox(model_fn, _fedprox_config(hp))
-
-
-def with_device_average_option(fedavg: AlgorithmSpec) -> AlgorithmSpec:
-  """FedAvg's spec, building FedProx with mu = 0 under --report_device_average."""
-  def config(hp: HParams):
-    if not hp.report_device_average:
-      return fedavg.check(hp)
-    return FedProxConfig(mu=0.0, fedopt=fedopt._fedopt_config(hp), report_device_average=True)
-
-  def build(model_fn, hp: HParams) -> FederatedAlgorithm:
-    if not hp.report_device_average:
-      return fedavg.build(model_fn, hp)
-    return build_device_average(model_fn, config(hp), fedavg.name)
-  return dataclasses.replace(fedavg, build=build, check=config)
-
-
-ALGORITHM_SPECS = (
-    AlgorithmSpec('fedprox', _build_fedprox, _fedprox_config,
-                  'FedProx: FedAvg/FedOpt with proximal term mu/2 ||theta - x_t||^2 '
-                  '(--prox_mu); K steps or E epochs, any server optimizer'),
-)
+def build_from_hparams(name: str, model_fn, hp: HParams) -> FederatedAlgorithm:
+  if name == 'fedavg' and not hp.report_device_average:
+    return fedopt.build_from_hparams(name, model_fn, hp)
+  return build_fedprox(model_fn, config_from_hparams(name, hp), name)

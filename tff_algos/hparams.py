@@ -1,73 +1,112 @@
-"""Algorithm-facing hyperparameters, named as the trainer's flags.
+"""Algorithm-facing hyperparameters: the one source of the trainer's algorithm flags.
 
-Every algorithm builder reads what it needs from one `HParams`; the trainer's
-flags fill it (`experiments/flags.py`). Add a field here (with a default) and a
-flag of the same name there when an algorithm needs a new knob.
+Every algorithm builder reads what it needs from one `HParams`. Each field is
+a flag of the trainer of the same name, default and help (`experiments/flags.py`
+defines them from these fields): add a field with `_flag(default, help)` when an
+algorithm needs a new knob. This module imports no TensorFlow.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 from tff_algos.core import optimizers
 
-if TYPE_CHECKING:  # flag validation imports this module without TensorFlow
-  from tff_algos.core.algorithm import FederatedAlgorithm
+
+def _flag(default, help_text: str, choices: Optional[Sequence[str]] = None):
+  """A field that is also a trainer flag (`experiments.flags` defines it)."""
+  return dataclasses.field(default=default, metadata={'help': help_text, 'choices': choices})
 
 
 @dataclasses.dataclass(frozen=True)
 class HParams:
   """Algorithm-facing hyperparameters (flag names of the trainer)."""
-  client_optimizer: str = 'sgd'
-  client_learning_rate: float = 0.1
-  client_momentum: Optional[float] = None
-  server_optimizer: str = 'sgd'
-  server_learning_rate: float = 1.0
-  server_momentum: Optional[float] = None
-  server_beta_1: Optional[float] = None
-  server_beta_2: Optional[float] = None
-  server_epsilon: Optional[float] = None
-  server_initial_accumulator: Optional[float] = None
-  client_epochs_per_round: int = 1
-  local_steps: Optional[int] = None
-  local_steps_decay: float = 1.0
-  client_lr_decay: float = 1.0
-  client_lr_milestones: Optional[Sequence] = None  # nastya/fedrr: gamma / 10 at these rounds
-  server_lr_decay: float = 1.0
-  uniform_weighting: bool = False
+  client_optimizer: str = _flag('sgd', 'Client optimizer.', choices=optimizers.NAMES)
+  client_learning_rate: float = _flag(0.1, 'Client learning rate gamma_0.')
+  client_momentum: Optional[float] = _flag(None, 'Client momentum (sgdm).')
+  server_optimizer: str = _flag('sgd', 'Server optimizer.', choices=optimizers.NAMES)
+  server_learning_rate: float = _flag(1.0, 'Server learning rate eta_0.')
+  server_momentum: Optional[float] = _flag(None, 'Server momentum (sgdm).')
+  server_beta_1: Optional[float] = _flag(None, 'Server beta_1 (adam, yogi).')
+  server_beta_2: Optional[float] = _flag(None, 'Server beta_2 (adam, yogi; rmsprop decay).')
+  server_epsilon: Optional[float] = _flag(None, 'Server epsilon (adaptive optimizers).')
+  server_initial_accumulator: Optional[float] = _flag(None, 'Initial second-moment '
+                                                            'accumulator (yogi, adagrad).')
+  client_epochs_per_round: int = _flag(1, 'Local epochs E per round (used when --local_steps '
+                                          'is unset).')
+  local_steps: Optional[int] = _flag(None, 'Local steps K_0 per round (overrides epochs).')
+  local_steps_decay: float = _flag(1.0, 'd_K: K_t = ceil(K_0 d_K^t).')
+  client_lr_decay: float = _flag(1.0, 'd_gamma: gamma_t = gamma_0 d_gamma^t.')
+  client_lr_milestones: Optional[Sequence] = _flag(None, 'nastya/fedrr: gamma divided by 10 '
+                                                         'at each of these rounds (PyTorch '
+                                                         'MultiStepLR; paper 001: 150,200).')
+  server_lr_decay: float = _flag(1.0, 'd_eta: eta_t = eta_0 d_eta^t.')
+  uniform_weighting: bool = _flag(False, "Weight clients equally, 1/M (TFF's "
+                                         'ClientWeighting.UNIFORM), not by examples n_i '
+                                         '(NUM_EXAMPLES).')
   # LocalUpdate / LocalUpdateDecay (paper 002).
-  theta: str = 'reptile'
-  decay_min_delta: float = 1e-4
-  client_lr_decay_factor: float = 0.1
-  server_lr_decay_factor: float = 0.9
-  decay_patience: int = 100
-  decay_window: int = 100
-  decay_cooldown: int = 100
-  decay_reference_semantics: bool = False
+  theta: str = _flag('reptile', 'LocalUpdate step weights: reptile, fomaml, kmaml, '
+                                'minibatch_sgd (K = --local_steps, default 10) or numbers '
+                                '"1,0,0.5".')
+  decay_min_delta: float = _flag(1e-4, 'LocalUpdateDecay: improvement threshold Delta.')
+  client_lr_decay_factor: float = _flag(0.1, 'LocalUpdateDecay: gamma <- alpha gamma.')
+  server_lr_decay_factor: float = _flag(0.9, 'LocalUpdateDecay: eta <- beta eta.')
+  decay_patience: int = _flag(100, 'LocalUpdateDecay: patience P (rounds).')
+  decay_window: int = _flag(100, 'LocalUpdateDecay: moving-average window W.')
+  decay_cooldown: int = _flag(100, 'LocalUpdateDecay: cooldown C (also at start).')
+  decay_reference_semantics: bool = _flag(False, "LocalUpdateDecay: the reference code's "
+                                                 "rule (Keras's best, moved only by "
+                                                 'improvements > Delta; window starts at '
+                                                 'inf; example-weighted means unless '
+                                                 '--uniform_weighting) instead of the '
+                                                 "paper's eq. 25 (running minimum).")
   # Nastya (paper 001).
-  server_adaptive_lr: bool = False      # Malitsky-Mishchenko adaptive server step
+  server_adaptive_lr: bool = _flag(False, 'Nastya: adaptive server step of Malitsky & '
+                                          'Mishchenko (2020), starting from '
+                                          '--server_learning_rate.')
   # Client optimiser statistics (adam, rmsprop; FedGBO, MFL, Mimelite, paper 004).
-  client_beta_1: Optional[float] = None
-  client_beta_2: Optional[float] = None
-  client_epsilon: Optional[float] = None
+  client_beta_1: Optional[float] = _flag(None, 'Client beta_1 (adam; fedgbo/mime/mfl).')
+  client_beta_2: Optional[float] = _flag(None, 'Client beta_2 (adam; rmsprop decay).')
+  client_epsilon: Optional[float] = _flag(None, 'Client epsilon (adam, rmsprop).')
   # FedGBO/Mime(X)lite: the authors' code (v_0 = 1, no bias correction, eps 1e-3, plain mean).
-  gbo_reference_conventions: bool = False
+  gbo_reference_conventions: bool = _flag(False, 'FedGBO/MFL/Mimelite/MimeXlite: the '
+                                                 "reference code's conventions (v_0 = 1, no "
+                                                 'bias correction, eps = 1e-3, unweighted '
+                                                 'client mean).')
   # FedDyn / SCAFFOLD / FedProx (paper 003).
-  feddyn_alpha: float = 0.01
-  feddyn_adaptive_alpha: bool = False   # alpha_k = alpha / (n_k / mean n) (reference code)
-  feddyn_weight_decay_form: bool = False  # alpha term as SGD weight decay (reference code)
+  feddyn_alpha: float = _flag(0.01, 'FedDyn: dynamic regulariser alpha.')
+  feddyn_adaptive_alpha: bool = _flag(False, 'FedDyn: alpha_k = alpha / (n_k / mean n) '
+                                             '(reference code).')
+  feddyn_weight_decay_form: bool = _flag(False, 'FedDyn: the alpha quadratic as SGD weight '
+                                                'decay, outside gradient clipping (reference '
+                                                'code).')
   # SCAFFOLD as paper 003's code: c / w_i, dc weighted by w_i = n_i / mean n, c_i+ over gamma_0.
-  scaffold_reference_conventions: bool = False
+  scaffold_reference_conventions: bool = _flag(False, "SCAFFOLD as paper 003's code: c "
+                                                      'scaled by mean n / n_i in the local '
+                                                      'step and n_i / mean n in the server '
+                                                      'sum; c_i+ divides by the initial '
+                                                      'learning rate.')
   # Evaluate the average of all device models (paper 003; feddyn, scaffold, fedavg, fedprox).
-  report_device_average: bool = False
+  report_device_average: bool = _flag(False, 'Evaluate the average of all device models, as '
+                                             'paper 003 does (feddyn, scaffold: plain mean; '
+                                             'fedavg, fedprox: weighted as the server '
+                                             'weights clients); one more upload.')
   # Local steps (feddyn, scaffold, fedavg, fedprox, fedmax): grad clipped, then + decay.
-  client_weight_decay: float = 0.0      # l2 weight decay
-  clip_norm: Optional[float] = None     # global-norm gradient clipping
-  prox_mu: float = 0.01                 # FedProx proximal strength mu
+  client_weight_decay: float = _flag(0.0, 'l2 weight decay of local steps, added to the '
+                                          '(clipped) gradient: plain L2, also with an Adam '
+                                          'client (feddyn, scaffold, fedavg, fedprox, '
+                                          'fedmax; paper 003 reference code: 1e-3).')
+  clip_norm: Optional[float] = _flag(None, 'Global-norm clipping of local gradients, before '
+                                           'the weight decay (feddyn, scaffold, fedavg, '
+                                           'fedprox, fedmax; paper 003 reference code: 10). '
+                                           'Unset: off.')
+  prox_mu: float = _flag(0.01, 'FedProx proximal strength mu.')
   # FedMAX (paper 004 baseline).
-  fedmax_beta: float = 1.0              # weight of KL(softmax(penultimate) || uniform)
-  fedmax_reference_kl: bool = False     # KL(uniform || softmax(.)) as the authors' code
+  fedmax_beta: float = _flag(1.0, 'FedMAX: weight beta of KL(softmax(penultimate '
+                                  'activations) || uniform) in the local loss.')
+  fedmax_reference_kl: bool = _flag(False, 'FedMAX: KL(uniform || softmax(.)), the direction '
+                                           "of the authors' code.")
 
   def client_optimizer_spec(self) -> optimizers.OptimizerSpec:
     return optimizers.OptimizerSpec(self.client_optimizer, self.client_learning_rate,
@@ -85,12 +124,20 @@ class HParams:
 
 @dataclasses.dataclass(frozen=True)
 class AlgorithmSpec:
+  """One algorithm of the trainer: what the registry knows without TensorFlow.
+
+  `module` (imported only to build) defines `config_from_hparams(name, hp)`
+  and `build_from_hparams(name, model_fn, hp)`.
+  """
   name: str
-  build: Callable[[Any, HParams], FederatedAlgorithm]
-  check: Callable[[HParams], Any]   # validates hparams cheaply (raises ValueError)
+  module: str
   description: str
+  # Algorithm-specific flags it reads; an algorithm whose spec does not list a
+  # flag that some other spec lists refuses it.
+  reads: frozenset[str] = frozenset()
+  # Flag rules that need no TensorFlow (raise ValueError); the config that
+  # `module` builds checks the values themselves.
+  check: Optional[Callable[[HParams], Any]] = None
   # The algorithm's own defaults: names of the flags left unset -> {flag: value}
   # for those where the generic default is not the paper's (or does not run).
   defaults: Optional[Callable[[frozenset[str]], dict[str, Any]]] = None
-
-

@@ -47,7 +47,7 @@ from tff_algos.core import optimizers
 from tff_algos.core import plateau
 from tff_algos.core import schedules
 from tff_algos.core.algorithm import FederatedAlgorithm
-from tff_algos.hparams import AlgorithmSpec, HParams
+from tff_algos.hparams import HParams
 
 PRESETS = ('reptile', 'fomaml', 'kmaml', 'minibatch_sgd')
 
@@ -96,6 +96,15 @@ class LocalUpdateConfig:
     if self.client_learning_rate < 0:
       raise ValueError('client learning rate must be >= 0')
 
+  @classmethod
+  def from_hparams(cls, hp: HParams, theta: Optional[str] = None) -> 'LocalUpdateConfig':
+    """`theta`: a preset name instead of --theta; K = --local_steps (default 10)."""
+    k = hp.local_steps or 10
+    return cls(theta=tuple(parse_theta(theta or hp.theta, k).tolist()),
+               client_learning_rate=hp.client_learning_rate,
+               server_optimizer=hp.server_optimizer_spec(),
+               example_weighted=not hp.uniform_weighting and hp.decay_reference_semantics)
+
 
 @dataclasses.dataclass(frozen=True)
 class DecayConfig:
@@ -107,6 +116,13 @@ class DecayConfig:
   window: int = 100                # W
   cooldown: int = 100              # C
   semantics: str = 'paper'         # plateau.SEMANTICS: eq. 25, or the authors' code
+
+  @classmethod
+  def from_hparams(cls, hp: HParams) -> 'DecayConfig':
+    return cls(min_delta=hp.decay_min_delta, client_decay=hp.client_lr_decay_factor,
+               server_decay=hp.server_lr_decay_factor, patience=hp.decay_patience,
+               window=hp.decay_window, cooldown=hp.decay_cooldown,
+               semantics='reference' if hp.decay_reference_semantics else 'paper')
 
   def plateau(self, lr: float, factor: float) -> plateau.PlateauConfig:
     return plateau.PlateauConfig(
@@ -192,62 +208,22 @@ def build_local_update_decay(model_fn, config: LocalUpdateConfig,
                         config.server_optimizer.build(), _aggregator())
 
 
-# Trainer integration: flag values (HParams) -> configs, in one place.
-def _reject_unused(hp: HParams):
-  """Both variants run client SGD at a constant (or plateau-driven) gamma and
-  eta, so client-optimizer and round-schedule flags would be ignored."""
-  defaults = HParams()
-  unused = ['client_optimizer', 'client_momentum', 'local_steps_decay',
-            'client_lr_decay', 'server_lr_decay']
-  bad = [f'--{n}' for n in unused if getattr(hp, n) != getattr(defaults, n)]
-  if bad:
-    raise ValueError(f'LocalUpdate does not use {", ".join(bad)} (client SGD at '
-                     'gamma; use --server_optimizer / the decay_* flags)')
+# Trainer integration (the flag rules: `flag_rules.local_update`).
+_PRESETS = ('reptile', 'fomaml', 'kmaml', 'minibatch_sgd')
 
 
-def _config(hp: HParams, theta: Optional[str] = None) -> LocalUpdateConfig:
-  if hp.local_steps is not None and hp.local_steps < 1:
-    raise ValueError(f'--local_steps must be >= 1, got {hp.local_steps}')
-  k = hp.local_steps or 10
-  return LocalUpdateConfig(
-      theta=tuple(parse_theta(theta or hp.theta, k).tolist()),
-      client_learning_rate=hp.client_learning_rate,
-      server_optimizer=hp.server_optimizer_spec(),
-      example_weighted=not hp.uniform_weighting and hp.decay_reference_semantics)
-
-
-def _decay(hp: HParams) -> DecayConfig:
-  return DecayConfig(min_delta=hp.decay_min_delta, client_decay=hp.client_lr_decay_factor,
-                     server_decay=hp.server_lr_decay_factor, patience=hp.decay_patience,
-                     window=hp.decay_window, cooldown=hp.decay_cooldown,
-                     semantics='reference' if hp.decay_reference_semantics else 'paper')
-
-
-def _check(hp: HParams, preset: Optional[str] = None, decaying: bool = False):
-  _reject_unused(hp)
-  config = _config(hp, preset)
-  if decaying:
-    decay = _decay(hp)
+def config_from_hparams(name: str, hp: HParams) -> LocalUpdateConfig:
+  """LocalUpdate's config: the named preset's Theta, or --theta."""
+  config = LocalUpdateConfig.from_hparams(hp, name if name in _PRESETS else None)
+  if name == 'local_update_decay':
+    decay = DecayConfig.from_hparams(hp)
     decay.plateau(config.client_learning_rate, decay.client_decay)
     decay.plateau(config.server_optimizer.learning_rate, decay.server_decay)
   return config
 
 
-def _spec(name: str, preset: Optional[str], description: str) -> AlgorithmSpec:
-  return AlgorithmSpec(
-      name, lambda model_fn, hp: build_local_update(model_fn, _config(hp, preset), name),
-      lambda hp: _check(hp, preset), description)
-
-
-ALGORITHM_SPECS = (
-    _spec('local_update', None, 'LocalUpdate with --theta (preset or weights), server optimizer'),
-    _spec('reptile', 'reptile', 'LocalUpdate, Theta_{1:K}: FedAvg/Reptile (q in gradient units)'),
-    _spec('fomaml', 'fomaml', 'LocalUpdate, Theta_K: first-order MAML'),
-    _spec('kmaml', 'kmaml', 'LocalUpdate, Theta_{2K+1}: K-MAML'),
-    _spec('minibatch_sgd', 'minibatch_sgd', 'LocalUpdate, Theta_1: distributed minibatch SGD'),
-    AlgorithmSpec('local_update_decay',
-                  lambda model_fn, hp: build_local_update_decay(
-                      model_fn, _config(hp), _decay(hp)),
-                  lambda hp: _check(hp, decaying=True),
-                  'LocalUpdateDecay: plateau decay of gamma and eta on the pre-training loss'),
-)
+def build_from_hparams(name: str, model_fn, hp: HParams):
+  config = config_from_hparams(name, hp)
+  if name == 'local_update_decay':
+    return build_local_update_decay(model_fn, config, DecayConfig.from_hparams(hp))
+  return build_local_update(model_fn, config, name)

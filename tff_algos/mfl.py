@@ -41,7 +41,7 @@ from tff_algos.core import global_statistics
 from tff_algos.core import local_training
 from tff_algos.core import optimizers
 from tff_algos.core.algorithm import FederatedAlgorithm
-from tff_algos.hparams import AlgorithmSpec, HParams
+from tff_algos.hparams import HParams
 
 NAMES = ('sgdm', 'rmsprop', 'adam')
 # Optimiser FLOPs per parameter and step with moving statistics (App. B, Table VI).
@@ -77,6 +77,14 @@ class MFLConfig:
     elif isinstance(self.optimizer, gbo_optimizers.SGDm) and not self.optimizer.beta:
       raise ValueError('MFL with sgdm needs a momentum > 0 (else there is no state)')
     self.client_schedule()
+
+  @classmethod
+  def from_hparams(cls, hp: HParams) -> 'MFLConfig':
+    return cls(optimizer=fedgbo.gbo_optimizer(hp, 'mfl'),
+               learning_rate=hp.client_learning_rate, local_steps=hp.local_steps,
+               epochs=hp.client_epochs_per_round, local_steps_decay=hp.local_steps_decay,
+               client_lr_decay=hp.client_lr_decay,
+               uniform_weighting=hp.uniform_weighting or hp.gbo_reference_conventions)
 
   def client_schedule(self) -> client_work_lib.ClientSchedule:
     learning_rate = (self.learning_rate if self.tff_optimizer is None
@@ -142,26 +150,11 @@ def build_mfl(model_fn: Callable[[], tff.learning.models.VariableModel],
       optimizer_flops_per_param=config.flops_per_param()))
 
 
-# Trainer integration: flag values (HParams) -> config, in one place.
-def _mfl_config(hp: HParams) -> MFLConfig:
-  fedgbo.check_server_default(hp, 'mfl')
-  if hp.client_optimizer not in NAMES:
-    raise ValueError(f'MFL averages client optimiser state: --client_optimizer must be '
-                     f'one of {NAMES}, got {hp.client_optimizer!r}')
-  return MFLConfig(optimizer=fedgbo.gbo_optimizer(hp, 'mfl'),
-                   learning_rate=hp.client_learning_rate, local_steps=hp.local_steps,
-                   epochs=hp.client_epochs_per_round,
-                   local_steps_decay=hp.local_steps_decay,
-                   client_lr_decay=hp.client_lr_decay,
-                   uniform_weighting=hp.uniform_weighting or hp.gbo_reference_conventions)
+# Trainer integration (the flag rules: `flag_rules.mfl`).
+def config_from_hparams(name: str, hp: HParams) -> MFLConfig:
+  del name
+  return MFLConfig.from_hparams(hp)
 
 
-def _build_mfl(model_fn, hp: HParams) -> FederatedAlgorithm:
-  return build_mfl(model_fn, _mfl_config(hp))
-
-
-ALGORITHM_SPECS = (
-    AlgorithmSpec('mfl', _build_mfl, _mfl_config,
-                  'MFL: client sgdm/rmsprop/adam from the global state; models and '
-                  'optimiser states averaged', defaults=fedgbo.paper_defaults),
-)
+def build_from_hparams(name: str, model_fn, hp: HParams) -> FederatedAlgorithm:
+  return build_mfl(model_fn, MFLConfig.from_hparams(hp), name)

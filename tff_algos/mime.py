@@ -40,7 +40,7 @@ from tff_algos.core import global_statistics
 from tff_algos.core import local_training
 from tff_algos.core import optimizers
 from tff_algos.core.algorithm import FederatedAlgorithm
-from tff_algos.hparams import AlgorithmSpec, HParams
+from tff_algos.hparams import HParams
 
 FULL_BATCH = 'full_batch'   # Mimelite
 ONE_BATCH = 'one_batch'     # MimeXlite
@@ -64,6 +64,15 @@ class MimeConfig:
     if not isinstance(self.optimizer, gbo_optimizers.GBOOptimizer):
       raise ValueError(f'optimizer must be a GBOOptimizer, got {self.optimizer!r}')
     self.client_schedule()
+
+  @classmethod
+  def from_hparams(cls, hp: HParams, gradient: str = FULL_BATCH) -> 'MimeConfig':
+    what = 'mimexlite' if gradient == ONE_BATCH else 'mimelite'
+    return cls(optimizer=fedgbo.gbo_optimizer(hp, what), learning_rate=hp.client_learning_rate,
+               local_steps=hp.local_steps, epochs=hp.client_epochs_per_round,
+               local_steps_decay=hp.local_steps_decay, client_lr_decay=hp.client_lr_decay,
+               gradient=gradient, server_optimizer=hp.server_optimizer_spec(),
+               uniform_weighting=hp.uniform_weighting or hp.gbo_reference_conventions)
 
   def client_schedule(self) -> client_work_lib.ClientSchedule:
     return client_work_lib.client_schedule(
@@ -123,26 +132,10 @@ def build_mime(model_fn: Callable[[], tff.learning.models.VariableModel],
       optimizer_flops_per_param=rule.flops_fixed, extra_gradient=config.gradient))
 
 
-# Trainer integration: flag values (HParams) -> config, in one place.
-def _mime_config(hp: HParams, gradient: str) -> MimeConfig:
-  what = 'mimexlite' if gradient == ONE_BATCH else 'mimelite'
-  if hp.server_lr_decay != 1.0:
-    raise ValueError(f'{what}: --server_lr_decay is not supported')
-  return MimeConfig(
-      optimizer=fedgbo.gbo_optimizer(hp, what), learning_rate=hp.client_learning_rate,
-      local_steps=hp.local_steps, epochs=hp.client_epochs_per_round,
-      local_steps_decay=hp.local_steps_decay, client_lr_decay=hp.client_lr_decay,
-      gradient=gradient, server_optimizer=hp.server_optimizer_spec(),
-      uniform_weighting=hp.uniform_weighting or hp.gbo_reference_conventions)
+# Trainer integration (the flag rules: `flag_rules.mime`).
+def config_from_hparams(name: str, hp: HParams) -> MimeConfig:
+  return MimeConfig.from_hparams(hp, ONE_BATCH if name == 'mimexlite' else FULL_BATCH)
 
 
-ALGORITHM_SPECS = (
-    AlgorithmSpec('mimelite', lambda model_fn, hp: build_mime(
-        model_fn, _mime_config(hp, FULL_BATCH)), lambda hp: _mime_config(hp, FULL_BATCH),
-                  'Mimelite: fixed global statistics tracked with full-batch client '
-                  'gradients at x_t (uploads x and grad f)', defaults=fedgbo.paper_defaults),
-    AlgorithmSpec('mimexlite', lambda model_fn, hp: build_mime(
-        model_fn, _mime_config(hp, ONE_BATCH)), lambda hp: _mime_config(hp, ONE_BATCH),
-                  'MimeXlite (paper 004): Mimelite with one minibatch gradient at x_t',
-                  defaults=fedgbo.paper_defaults),
-)
+def build_from_hparams(name: str, model_fn, hp: HParams) -> FederatedAlgorithm:
+  return build_mime(model_fn, config_from_hparams(name, hp), name)

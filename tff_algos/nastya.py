@@ -41,12 +41,13 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_algos import fedopt
+from tff_algos import flag_rules
 from tff_algos.core import adaptive_step
 from tff_algos.core import client_work as client_work_lib
 from tff_algos.core import optimizers
 from tff_algos.core import schedules
 from tff_algos.core.algorithm import FederatedAlgorithm
-from tff_algos.hparams import AlgorithmSpec, HParams
+from tff_algos.hparams import HParams
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,6 +82,14 @@ class NastyaConfig:
     if self.client_lr_milestones:
       return schedules.StepDecay(self.client_learning_rate, tuple(self.client_lr_milestones))
     return schedules.ExponentialDecay(self.client_learning_rate, self.client_lr_decay)
+
+  @classmethod
+  def from_hparams(cls, hp: HParams) -> 'NastyaConfig':
+    return cls(client_learning_rate=hp.client_learning_rate,
+               server_optimizer=hp.server_optimizer_spec(),
+               adaptive_server_lr=hp.server_adaptive_lr, client_lr_decay=hp.client_lr_decay,
+               client_lr_milestones=flag_rules.milestones(hp),
+               server_lr_decay=hp.server_lr_decay)
 
   def client_schedule(self) -> client_work_lib.ClientSchedule:
     """One pass (epoch) over the local data at gamma_t."""
@@ -137,52 +146,15 @@ def build_fedrr(model_fn: Callable[[], tff.learning.models.VariableModel],
                         optimizers.OptimizerSpec('sgd', 1.0).build())
 
 
-# Trainer integration: flag values (HParams) -> config, in one place.
-def _nastya_config(hp: HParams) -> NastyaConfig:
-  if hp.client_optimizer != 'sgd' or hp.client_momentum:
-    raise ValueError('nastya/fedrr clients run plain SGD at gamma '
-                     '(--client_optimizer=sgd, no --client_momentum)')
-  if hp.local_steps is not None or hp.client_epochs_per_round != 1 or (
-      hp.local_steps_decay != 1.0):
-    raise ValueError('nastya/fedrr take exactly one pass over the local data per '
-                     'round: leave --local_steps, --local_steps_decay and '
-                     '--client_epochs_per_round unset')
-  try:
-    milestones = tuple(int(m) for m in hp.client_lr_milestones or ())
-  except ValueError:
-    raise ValueError('--client_lr_milestones takes round numbers, e.g. 150,200') from None
-  return NastyaConfig(client_learning_rate=hp.client_learning_rate,
-                      server_optimizer=hp.server_optimizer_spec(),
-                      adaptive_server_lr=hp.server_adaptive_lr,
-                      client_lr_decay=hp.client_lr_decay,
-                      client_lr_milestones=milestones,
-                      server_lr_decay=hp.server_lr_decay)
+# Trainer integration (the flag rules: `flag_rules.nastya`).
+def config_from_hparams(name: str, hp: HParams) -> NastyaConfig:
+  del name
+  return NastyaConfig.from_hparams(hp)
 
 
-def _fedrr_config(hp: HParams) -> NastyaConfig:
-  config = _nastya_config(hp)
-  if (hp.server_optimizer != 'sgd' or hp.server_learning_rate != 1.0 or
-      hp.server_momentum or hp.server_adaptive_lr or hp.server_lr_decay != 1.0):
-    raise ValueError('fedrr has no server step of its own (eta_i = gamma n_i); '
-                     'use --algorithm=nastya for a server step size or optimizer')
-  return config
-
-
-def _build_nastya(model_fn, hp: HParams) -> FederatedAlgorithm:
-  return build_nastya(model_fn, _nastya_config(hp))
-
-
-def _build_fedrr(model_fn, hp: HParams) -> FederatedAlgorithm:
-  config = _fedrr_config(hp)
-  return build_fedrr(model_fn, config.client_learning_rate, config.client_lr_decay,
-                     client_lr_milestones=config.client_lr_milestones)
-
-
-ALGORITHM_SPECS = (
-    AlgorithmSpec('nastya', _build_nastya, _nastya_config,
-                  'Nastya (paper 001): one RR/SO pass at gamma, g_i = delta/(gamma n_i), '
-                  'server step eta (or adam..., --server_adaptive_lr); uniform mean'),
-    AlgorithmSpec('fedrr', _build_fedrr, _fedrr_config,
-                  'FedRR: one RR/SO pass at gamma, server averages the local models '
-                  '(Nastya with eta = gamma n)'),
-)
+def build_from_hparams(name: str, model_fn, hp: HParams) -> FederatedAlgorithm:
+  config = NastyaConfig.from_hparams(hp)
+  if name == 'fedrr':
+    return build_fedrr(model_fn, config.client_learning_rate, config.client_lr_decay,
+                       client_lr_milestones=config.client_lr_milestones)
+  return build_nastya(model_fn, config, name)

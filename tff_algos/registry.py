@@ -1,32 +1,84 @@
-"""Algorithm name -> `AlgorithmSpec` (builder + cheap validation).
+"""Algorithm name -> `AlgorithmSpec`: the trainer's algorithms, one line each.
 
-Each algorithm module lists its specs in `ALGORITHM_SPECS`; this module only
-gathers them, so adding an algorithm is one file plus one line in `_MODULES`.
+This module imports no TensorFlow: names, flag rules and defaults are answered
+at once; an algorithm's module is imported only to check its config or build
+it. Adding an algorithm: its module (config with `from_hparams`,
+`config_from_hparams`, `build_from_hparams`), one `AlgorithmSpec` below and
+its test (see the README).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import importlib
+from typing import TYPE_CHECKING
 
-from tff_algos import fedopt
-from tff_algos import feddyn
-from tff_algos import fedmax
-from tff_algos import fedgbo
-from tff_algos import fedprox
-from tff_algos import nastya
-from tff_algos import scaffold
-from tff_algos import local_update
-from tff_algos import mfl
-from tff_algos import mime
-from tff_algos.core.algorithm import FederatedAlgorithm
+from tff_algos import flag_rules as rules
 from tff_algos.hparams import AlgorithmSpec, HParams
 
-_MODULES = (fedopt, local_update, nastya, feddyn, scaffold, fedprox, fedmax,
-            fedgbo, mfl, mime)
+if TYPE_CHECKING:
+  from tff_algos.core.algorithm import FederatedAlgorithm
 
-ALGORITHMS: dict[str, AlgorithmSpec] = {
-    spec.name: spec for module in _MODULES for spec in module.ALGORITHM_SPECS}
-ALGORITHMS['fedavg'] = fedprox.with_device_average_option(ALGORITHMS['fedavg'])
+_LOCAL_STEP_REGULARIZATION = frozenset({'client_weight_decay', 'clip_norm'})
+_DEVICE_AVERAGE = _LOCAL_STEP_REGULARIZATION | {'report_device_average'}
+_GBO = frozenset({'gbo_reference_conventions'})
+_NASTYA = 'Nastya (paper 001): one RR/SO pass at gamma, g_i = delta/(gamma n_i), server step ' \
+          'eta (or adam..., --server_adaptive_lr); uniform mean'
+
+
+def _local_update(name: str, description: str) -> AlgorithmSpec:
+  return AlgorithmSpec(name, 'tff_algos.local_update', description,
+                       check=rules.local_update(name))
+
+
+_SPECS = (
+    AlgorithmSpec('fedavg', 'tff_algos.fedprox', 'FedAvg/FedOpt: K steps or E epochs, any '
+                  'server optimizer', _DEVICE_AVERAGE, rules.client_schedule),
+    AlgorithmSpec('fedsgd', 'tff_algos.fedopt', 'FedSGD: one gradient per client, server '
+                  'optimizer step'),
+    _local_update('local_update', 'LocalUpdate with --theta (preset or weights), server '
+                  'optimizer'),
+    _local_update('reptile', 'LocalUpdate, Theta_{1:K}: FedAvg/Reptile (q in gradient units)'),
+    _local_update('fomaml', 'LocalUpdate, Theta_K: first-order MAML'),
+    _local_update('kmaml', 'LocalUpdate, Theta_{2K+1}: K-MAML'),
+    _local_update('minibatch_sgd', 'LocalUpdate, Theta_1: distributed minibatch SGD'),
+    _local_update('local_update_decay', 'LocalUpdateDecay: plateau decay of gamma and eta on '
+                  'the pre-training loss'),
+    AlgorithmSpec('nastya', 'tff_algos.nastya', _NASTYA,
+                  frozenset({'server_adaptive_lr', 'client_lr_milestones'}),
+                  rules.nastya('nastya')),
+    AlgorithmSpec('fedrr', 'tff_algos.nastya', 'FedRR: one RR/SO pass at gamma, server '
+                  'averages the local models (Nastya with eta = gamma n)',
+                  frozenset({'client_lr_milestones'}), rules.nastya('fedrr')),
+    AlgorithmSpec('feddyn', 'tff_algos.feddyn', 'FedDyn (paper 003): dynamic regulariser '
+                  'alpha, per-client state grad L_k (disk-backed store), server h',
+                  _DEVICE_AVERAGE | {'feddyn_alpha', 'feddyn_adaptive_alpha',
+                                     'feddyn_weight_decay_form'}, rules.feddyn),
+    AlgorithmSpec('scaffold', 'tff_algos.scaffold', 'SCAFFOLD (option II): control variates '
+                  'c, c_i (disk-backed store), global step eta_g = --server_learning_rate',
+                  _DEVICE_AVERAGE | {'scaffold_reference_conventions'}, rules.scaffold),
+    AlgorithmSpec('fedprox', 'tff_algos.fedprox', 'FedProx: FedAvg/FedOpt with proximal term '
+                  'mu/2 ||theta - x_t||^2 (--prox_mu); K steps or E epochs, any server '
+                  'optimizer', _DEVICE_AVERAGE | {'prox_mu'}, rules.client_schedule),
+    AlgorithmSpec('fedmax', 'tff_algos.fedmax', 'FedMAX: FedAvg + beta KL(softmax(penultimate) '
+                  '|| uniform)', _LOCAL_STEP_REGULARIZATION | {'fedmax_beta',
+                                                               'fedmax_reference_kl'},
+                  rules.client_schedule),
+    AlgorithmSpec('fedgbo', 'tff_algos.fedgbo', 'FedGBO (paper 004): client sgdm/rmsprop/adam '
+                  'with global statistics fixed during K local steps, tracked by the inverse '
+                  'step', _GBO, rules.fedgbo, rules.paper_defaults),
+    AlgorithmSpec('mfl', 'tff_algos.mfl', 'MFL: client sgdm/rmsprop/adam from the global '
+                  'state; models and optimiser states averaged', _GBO, rules.mfl,
+                  rules.paper_defaults),
+    AlgorithmSpec('mimelite', 'tff_algos.mime', 'Mimelite: fixed global statistics tracked '
+                  'with full-batch client gradients at x_t (uploads x and grad f)', _GBO,
+                  rules.mime('mimelite'), rules.paper_defaults),
+    AlgorithmSpec('mimexlite', 'tff_algos.mime', 'MimeXlite (paper 004): Mimelite with one '
+                  'minibatch gradient at x_t', _GBO, rules.mime('mimexlite'),
+                  rules.paper_defaults),
+)
+
+ALGORITHMS: dict[str, AlgorithmSpec] = {spec.name: spec for spec in _SPECS}
 
 
 def get(name: str) -> AlgorithmSpec:
@@ -36,22 +88,17 @@ def get(name: str) -> AlgorithmSpec:
   return ALGORITHMS[name]
 
 
-# Flags that only some algorithms read: setting one for another algorithm is
-# an error, not a silent no-op. (LocalUpdate's theta/decay_* flags are checked
-# by local_update itself.)
-ALGORITHM_SPECIFIC_FLAGS: dict[str, frozenset[str]] = {
-    **dict.fromkeys(('feddyn_alpha', 'feddyn_adaptive_alpha', 'feddyn_weight_decay_form'),
-                    frozenset({'feddyn'})),
-    'report_device_average': frozenset({'feddyn', 'scaffold', 'fedavg', 'fedprox'}),
-    **dict.fromkeys(('client_weight_decay', 'clip_norm'),
-                    frozenset({'feddyn', 'scaffold', 'fedavg', 'fedprox', 'fedmax'})),
-    'prox_mu': frozenset({'fedprox'}),
-    'scaffold_reference_conventions': frozenset({'scaffold'}),
-    **dict.fromkeys(('fedmax_beta', 'fedmax_reference_kl'), frozenset({'fedmax'})),
-    'gbo_reference_conventions': frozenset({'fedgbo', 'mfl', 'mimelite', 'mimexlite'}),
-    'server_adaptive_lr': frozenset({'nastya'}),
-    'client_lr_milestones': frozenset({'nastya', 'fedrr'}),
-}
+def _users_of_flags() -> dict[str, frozenset[str]]:
+  users: dict[str, set[str]] = {}
+  for spec in _SPECS:
+    for flag in spec.reads:
+      users.setdefault(flag, set()).add(spec.name)
+  return {flag: frozenset(names) for flag, names in sorted(users.items())}
+
+
+# Flags that only some algorithms read (from the specs' `reads`): setting one
+# for another algorithm is an error, not a silent no-op.
+ALGORITHM_SPECIFIC_FLAGS: dict[str, frozenset[str]] = _users_of_flags()
 
 
 def _set_flags(hp: HParams) -> list[tuple[str, frozenset[str]]]:
@@ -92,14 +139,30 @@ def with_defaults(name: str, hp: HParams, unset) -> HParams:
   return dataclasses.replace(hp, **spec.defaults(frozenset(unset)))
 
 
-def check(name: str, hp: HParams) -> AlgorithmSpec:
-  """Raises ValueError for a bad name or hyperparameters, before any tracing."""
+def check_flags(name: str, hp: HParams) -> AlgorithmSpec:
+  """The checks that need no TensorFlow: the name, other algorithms' flags,
+  the optimiser specs and the algorithm's flag rules (raise ValueError)."""
   spec = get(name)
   check_specific_flags(name, hp)
-  spec.check(hp)
+  if spec.check is not None:
+    spec.check(hp)
   hp.client_optimizer_spec()
+  hp.server_optimizer_spec()
+  return spec
+
+
+def _module(spec: AlgorithmSpec):
+  return importlib.import_module(spec.module)
+
+
+def check(name: str, hp: HParams) -> AlgorithmSpec:
+  """All checks, the config's included (imports the algorithm's module, so
+  TensorFlow); raises ValueError before any tracing."""
+  spec = check_flags(name, hp)
+  _module(spec).config_from_hparams(name, hp)
   return spec
 
 
 def build(name: str, model_fn, hp: HParams) -> FederatedAlgorithm:
-  return check(name, hp).build(model_fn, hp)
+  spec = check(name, hp)
+  return _module(spec).build_from_hparams(name, model_fn, hp)

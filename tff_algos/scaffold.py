@@ -43,7 +43,7 @@ from tff_algos.core import device_average
 from tff_algos.core import local_training
 from tff_algos.core import stateful_process
 from tff_algos.core.algorithm import FederatedAlgorithm
-from tff_algos.hparams import AlgorithmSpec, HParams
+from tff_algos.hparams import HParams
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,6 +68,16 @@ class ScaffoldConfig:
                        f'{self.server_learning_rate}')
     local_training.check_regularization(self.weight_decay, self.clip_norm)
     self.client_schedule()
+
+  @classmethod
+  def from_hparams(cls, hp: HParams) -> 'ScaffoldConfig':
+    return cls(client_learning_rate=hp.client_learning_rate,
+               server_learning_rate=hp.server_learning_rate,
+               local_steps=hp.local_steps, epochs=hp.client_epochs_per_round,
+               local_steps_decay=hp.local_steps_decay, client_lr_decay=hp.client_lr_decay,
+               weight_decay=hp.client_weight_decay, clip_norm=hp.clip_norm,
+               report_device_average=hp.report_device_average,
+               reference_conventions=hp.scaffold_reference_conventions)
 
   def client_schedule(self) -> client_work_lib.ClientSchedule:
     return client_work_lib.client_schedule(
@@ -159,30 +169,11 @@ def build_scaffold(model_fn: Callable[[], tff.learning.models.VariableModel],
                             compute=accounting.ComputeModel(optimizer_flops_per_param=4.0))
 
 
-# Trainer integration: flag values (HParams) -> config, in one place.
-def _scaffold_config(hp: HParams) -> ScaffoldConfig:
-  if hp.client_optimizer != 'sgd' or hp.client_momentum:
-    raise ValueError('scaffold clients run plain SGD (--client_optimizer=sgd, '
-                     'no --client_momentum)')
-  if hp.server_optimizer != 'sgd' or hp.server_momentum or hp.server_lr_decay != 1.0:
-    raise ValueError('scaffold takes a plain global step eta_g = '
-                     '--server_learning_rate (--server_optimizer=sgd, no decay)')
-  return ScaffoldConfig(
-      client_learning_rate=hp.client_learning_rate,
-      server_learning_rate=hp.server_learning_rate,
-      local_steps=hp.local_steps, epochs=hp.client_epochs_per_round,
-      local_steps_decay=hp.local_steps_decay, client_lr_decay=hp.client_lr_decay,
-      weight_decay=hp.client_weight_decay, clip_norm=hp.clip_norm,
-      report_device_average=hp.report_device_average,
-      reference_conventions=hp.scaffold_reference_conventions)
+# Trainer integration (the flag rules: `flag_rules.scaffold`).
+def config_from_hparams(name: str, hp: HParams) -> ScaffoldConfig:
+  del name
+  return ScaffoldConfig.from_hparams(hp)
 
 
-def _build_scaffold(model_fn, hp: HParams) -> FederatedAlgorithm:
-  return build_scaffold(model_fn, _scaffold_config(hp))
-
-
-ALGORITHM_SPECS = (
-    AlgorithmSpec('scaffold', _build_scaffold, _scaffold_config,
-                  'SCAFFOLD (option II): control variates c, c_i (disk-backed store), '
-                  'global step eta_g = --server_learning_rate'),
-)
+def build_from_hparams(name: str, model_fn, hp: HParams) -> FederatedAlgorithm:
+  return build_scaffold(model_fn, ScaffoldConfig.from_hparams(hp), name)

@@ -54,7 +54,7 @@ flags.DEFINE_integer('average_last', 1, 'final_x averages the mean model over th
 flags.DEFINE_integer('seed', 0, 'Seed of the population and of sampling.')
 flags.DEFINE_string('output_dir', 'runs/quadratic_toy', 'Where runs, table and figure go.')
 flags.DEFINE_bool('progress', True, 'Show progress bars.')
-flags.DEFINE_integer('rounds_per_call', 50, 'Rounds run by one call of the TFF computation.')
+flags.DEFINE_integer('rounds_per_call', 10, 'Rounds run by one call of the TFF computation.')
 FLAGS = flags.FLAGS
 
 
@@ -116,17 +116,25 @@ def build_lanes(names, gamma: float, eta: float, num_runs: int):
       len(names), num_runs), work, optimizers.OptimizerSpec('sgd', eta).build())
 
 
-def multi_round(process, rounds: int):
-  """`rounds` rounds of `process` as one TFF computation:
-  (state, <round data>*rounds) -> (state, <global model x after each round>)."""
+def multi_round(process, rounds: int, num_runs: int, num_lanes: int):
+  """`rounds` rounds of `process` as one TFF computation: (state, per round
+  <the cohort's points z@CLIENTS, the lanes' K_t@SERVER>) -> (state, <global
+  model x after each round>); the clients' datasets are built inside."""
   import tensorflow_federated as tff
-  state_type, data_type = process.next.type_signature.parameter
+  from tasks import quadratic
+  state_type = process.next.type_signature.parameter[0]
+  point, steps = tff.TensorType(np.float32, [num_runs]), tff.TensorType(np.int32, [num_lanes])
+  client_data = tff.tensorflow.computation(quadratic.lane_client_dataset, point, steps)
+  round_type = tff.StructType([tff.FederatedType(point, tff.CLIENTS),
+                               tff.FederatedType(steps, tff.SERVER)])
 
-  @tff.federated_computation(state_type, tff.StructType([data_type] * rounds))
+  @tff.federated_computation(state_type, tff.StructType([round_type] * rounds))
   def run(state, data):
     xs = []
     for r in range(rounds):
-      state = process.next(state, data[r]).state
+      z, k = data[r]
+      datasets = tff.federated_map(client_data, (z, tff.federated_broadcast(k)))
+      state = process.next(state, datasets).state
       xs.append(tff.federated_map(process.get_model_weights, state).trainable[0])
     return state, tuple(xs)
   return run
@@ -152,12 +160,9 @@ def run_lanes(names, rounds: int, seeds: int, progress: bool = False) -> np.ndar
   for start in range(0, rounds, FLAGS.rounds_per_call):
     n = min(FLAGS.rounds_per_call, rounds - start)
     if n not in computations:
-      computations[n] = multi_round(process, n)
-    data = []
-    for t in range(start, start + n):
-      steps = lane_steps(names, t)
-      cohort = training.sample_clients(ids, FLAGS.clients_per_round, FLAGS.seed, t)
-      data.append([quadratic.lane_client_dataset(z[c], steps) for c in cohort])
+      computations[n] = multi_round(process, n, seeds, len(names))
+    data = [(list(z[training.sample_clients(ids, FLAGS.clients_per_round, FLAGS.seed, t)]),
+             lane_steps(names, t).astype(np.int32)) for t in range(start, start + n)]
     state, out = computations[n](state, data)
     xs[start:start + n] = np.stack([np.asarray(x) for x in out])
     if bar is not None:

@@ -162,15 +162,16 @@ class LaneQuadraticModel(base.MeanLossMetric, tff.learning.models.VariableModel)
     return tff.learning.models.BatchOutput(loss=loss, predictions=z, num_examples=n)
 
 
-def lane_client_dataset(z: np.ndarray, lane_steps) -> tf.data.Dataset:
+def lane_client_dataset(z, lane_steps) -> tf.data.Dataset:
   """A client holding the point z ([S]) for lanes taking `lane_steps[l]` local
   steps: max(lane_steps) batches of one example, lane l active in the first
-  lane_steps[l] of them (`LaneQuadraticModel`)."""
-  lane_steps = np.asarray(lane_steps)
-  steps = int(lane_steps.max())
-  active = (np.arange(steps)[:, None] < lane_steps[None, :]).astype(np.float32)
+  lane_steps[l] of them (`LaneQuadraticModel`). Eager or inside a computation."""
+  z = tf.convert_to_tensor(z, tf.float32)
+  lane_steps = tf.convert_to_tensor(lane_steps, tf.int32)
+  steps = tf.reduce_max(lane_steps)
+  active = tf.cast(tf.range(steps)[:, None] < lane_steps[None, :], tf.float32)
   return tf.data.Dataset.from_tensor_slices(collections.OrderedDict(
-      z=np.broadcast_to(np.asarray(z, np.float32), (steps, 1, len(z))),
+      z=tf.broadcast_to(z[None, None, :], tf.stack([steps, 1, z.shape[0]])),
       active=active[:, None, :]))
 
 

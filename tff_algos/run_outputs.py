@@ -3,8 +3,9 @@
 `RunOutputs` owns a run's identity check, its resume point, its metrics
 (`metrics.csv` and TensorBoard), its checkpoints and its running totals:
 `resume(state, ...)` once, then `record(row)` after every round and
-`save(state, round)` at checkpoint rounds, then `write_summary(...)`. Without an
-output directory it keeps only the running totals.
+`save(state, round)` at checkpoint rounds, `close()`, then
+`write_summary(...)`. Without an output directory it keeps only the running
+totals.
 
 Layout (TFF program tooling): `metrics.csv` (one row per round; a resumed run
 first drops the rows after its checkpoint, then appends: TFF's
@@ -24,6 +25,7 @@ import json
 import os
 import shutil
 import tempfile
+import time
 from typing import Any, Optional
 
 import numpy as np
@@ -34,6 +36,10 @@ from tff_algos.core import accounting
 from tff_algos.core import client_state
 from tff_algos.core import crash_points
 from tff_algos.errors import UserError
+
+# Recorded rows reach metrics.csv and TensorBoard at least this often (and at
+# every checkpoint); writing them in batches keeps the writes off every round.
+FLUSH_SECONDS = 5.0
 
 
 class MetricsCSV:
@@ -60,16 +66,20 @@ class MetricsCSV:
     os.replace(tmp, self.path)
 
   def append(self, row: dict[str, Any]):
-    new = [k for k in row if k not in self.fields]
+    self.append_rows([row])
+
+  def append_rows(self, rows: list[dict[str, Any]]):
+    """Appends `rows` in one write (the header grows to new columns first)."""
+    new = list(dict.fromkeys(k for row in rows for k in row if k not in self.fields))
     if new or not os.path.exists(self.path):
-      rows = []
+      written = []
       if os.path.exists(self.path):
         with open(self.path, newline='') as f:
-          rows = list(csv.DictReader(f))
+          written = list(csv.DictReader(f))
       self.fields += new
-      self._rewrite(rows)
+      self._rewrite(written)
     with open(self.path, 'a', newline='') as f:
-      csv.DictWriter(f, fieldnames=self.fields).writerow(row)
+      csv.DictWriter(f, fieldnames=self.fields).writerows(rows)
 
 
 def _parse_cell(value: str):
@@ -99,7 +109,8 @@ def _tensorboard(tb_dir: str, dropped_rows: bool,
 async def _release_rows(manager, rows):
   for row in rows:
     await manager.release({k: v for k, v in row.items()
-                           if k != 'round' and isinstance(v, float)}, key=int(row['round']))
+                           if k != 'round' and isinstance(v, (int, float))},
+                          key=int(row['round']))
 
 
 class RunOutputs:
@@ -120,6 +131,8 @@ class RunOutputs:
     self.cumulative = accounting.CumulativeCost()
     self.totals = run_dir.summary_totals(())
     self.last_row: Optional[dict[str, Any]] = None
+    self._unwritten: list[dict[str, Any]] = []  # recorded rows not yet on disk
+    self._written_at = time.monotonic()
     if out_dir:
       os.makedirs(out_dir, exist_ok=True)
       self.state_manager = tff.program.FileProgramStateManager(
@@ -168,24 +181,45 @@ class RunOutputs:
                         f'it from a backup, or {run_dir.RESTART_FIX}')
     self.store = store
 
-  def close_store(self) -> None:
-    """Closes the client-state store (a temporary one is removed)."""
+  def close(self) -> None:
+    """Writes the rows not yet written and closes the client-state store (a
+    temporary one is removed)."""
+    try:
+      if self.csv is not None:
+        self.flush()
+    finally:
+      self._close_store()
+
+  def _close_store(self) -> None:
     if self.store is not None:
       self.store.close()
       if not self.out_dir:
         shutil.rmtree(self.store.directory, ignore_errors=True)
 
   def record(self, row: dict[str, Any]) -> None:
-    """Adds a finished round's row to the totals, metrics.csv and TensorBoard."""
+    """Adds a finished round's row to the totals and to the rows that `flush`
+    writes: at each checkpoint (before it, so what a checkpoint vouches for is
+    on disk), at the end, and whenever `FLUSH_SECONDS` passed since the last
+    write. A crash loses only rows after the last checkpoint, which a resume
+    runs again."""
     run_dir.add_to_totals(self.totals, row)
     self.last_row = row
     if self.csv is None:
       return
-    scalars = {k: v for k, v in row.items() if isinstance(v, (int, float))}
-    self.csv.append(scalars)
-    crash_points.reached('metrics_row')
-    asyncio.run(self.tensorboard.release(
-        {k: v for k, v in scalars.items() if k != 'round'}, key=int(row['round'])))
+    self._unwritten.append({k: v for k, v in row.items() if isinstance(v, (int, float))})
+    if time.monotonic() - self._written_at >= FLUSH_SECONDS:
+      self.flush()
+
+  def flush(self) -> None:
+    """Writes the recorded rows: metrics.csv in one append, then TensorBoard."""
+    rows, self._unwritten = self._unwritten, []
+    self._written_at = time.monotonic()
+    if not rows:
+      return
+    self.csv.append_rows(rows)
+    for _ in rows:
+      crash_points.reached('metrics_row')
+    asyncio.run(_release_rows(self.tensorboard, rows))
 
   def save(self, state, round_num: int) -> bool:
     """Checkpoints round `round_num`: the client store, the server state, then
@@ -194,6 +228,7 @@ class RunOutputs:
     output directory, nothing saved."""
     if self.state_manager is None:
       return False
+    self.flush()
     entry = dict(cumulative=dict(self.cumulative.totals), totals=dict(self.totals),
                  row=run_dir.finite_scalars(self.last_row or {}))
     if self.store is not None:

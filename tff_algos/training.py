@@ -40,6 +40,9 @@ from tff_algos.core.algorithm import FederatedAlgorithm
 from tff_algos.errors import UserError
 
 MetricsCSV = run_outputs.MetricsCSV  # metrics.csv's writer
+# At most this many client datasets are kept between rounds (a client's
+# dataset holds its examples as tensors).
+MAX_KEPT_DATASETS = 20_000
 sample_clients = sampling.sample_clients
 sample_participants = sampling.sample_participants
 draw_cohort = sampling.draw_cohort
@@ -271,16 +274,32 @@ class _RoundStep:
     self.algorithm, self.task, self.config = algorithm, task, config
     self.model_cost, self.outputs = model_cost, outputs
     self.client_sizes = accounting.ClientSizes()
+    self.client_ids = task.client_ids
+    # A client's dataset is the same in every round unless its examples are
+    # reshuffled or augmented per round; then it is built once and kept.
+    self._keep_datasets = task.augment_fn is None and not (
+        task.shuffle and config.shuffle == 'rr')
+    self._datasets: dict[str, Any] = {}
+
+  def _dataset(self, cid: str, round_num: int):
+    """Client `cid`'s dataset for round `round_num`."""
+    dataset = self._datasets.get(cid)
+    if dataset is None:
+      config = self.config
+      dataset = self.task.client_dataset(
+          cid, sampling.shuffle_seed(config.shuffle, config.seed, round_num, cid),
+          reshuffle_each_epoch=config.shuffle == 'rr',
+          augment_seed=sampling.augment_seed(config.seed, round_num, cid))
+      if self._keep_datasets and len(self._datasets) < MAX_KEPT_DATASETS:
+        self._datasets[cid] = dataset
+    return dataset
 
   def __call__(self, state, round_num: int) -> tuple[Any, dict[str, Any], int, bool]:
     """(new state, the round's row, cohort size, whether every client was dropped)."""
     t0 = time.perf_counter()
-    config, task, store = self.config, self.task, self.outputs.store
-    cohort = draw_cohort(task.client_ids, config, round_num)
-    data = [task.client_dataset(
-        cid, shuffle_seed(config.shuffle, config.seed, round_num, cid),
-        reshuffle_each_epoch=config.shuffle == 'rr',
-        augment_seed=augment_seed(config.seed, round_num, cid)) for cid in cohort]
+    store = self.outputs.store
+    cohort = sampling.draw_cohort(self.client_ids, self.config, round_num)
+    data = [self._dataset(cid, round_num) for cid in cohort]
     process = self.algorithm.process
     try:
       if store is None:
@@ -378,7 +397,7 @@ class _RoundLoop:
   def _close(self) -> None:
     if self.bar is not None:
       self.bar.close()
-    self.outputs.close_store()
+    self.outputs.close()
 
 
 def _summary(algorithm: FederatedAlgorithm, task: Task, config: RunConfig,

@@ -86,15 +86,21 @@ def test_help_examples_keep_their_line_continuations():
   assert '--scale=full \\\n' in res.stdout
 
 
-@pytest.mark.parametrize('flag', ['--experiment_name=a/b', '--task=nope', '--algorithm=fedfoo'])
-def test_a_bad_flag_value_is_answered_before_tensorflow_loads(tmp_path, flag):
-  code = (f'import sys; sys.argv = ["train", "{flag}"]\n'
+@pytest.mark.parametrize('flag,fragment', [
+    ('--experiment_name=a/b', '--experiment_name'), ('--task=nope', '--task'),
+    ('--algorithm=fedfoo', '--algorithm'),
+    ('--algorithm=fedavg --local_steps_decay=0.9', 'local_steps_decay needs local_steps'),
+    ('--algorithm=fedgbo --clip_norm=1', '--clip_norm is not used by fedgbo'),
+])
+def test_a_bad_flag_value_is_answered_before_tensorflow_loads(tmp_path, flag, fragment):
+  argv = ', '.join(f'"{f}"' for f in flag.split())
+  code = (f'import sys; sys.argv = ["train", {argv}]\n'
           'from experiments import common, train\n'
           'try:\n  common.run(train.main)\n'
           'finally:\n  print("TF loaded:", "tensorflow" in sys.modules)\n')
   res = subprocess.run([sys.executable, '-c', code], cwd=ROOT, capture_output=True, text=True,
                        env=dict(os.environ, PYTHONPATH=ROOT), timeout=120)
-  assert_one_error_line(res, flag.split('=')[0])
+  assert_one_error_line(res, fragment)
   assert 'TF loaded: False' in res.stdout
 
 

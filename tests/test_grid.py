@@ -74,21 +74,23 @@ _TINY = ['--model=logistic', '--total_rounds=2', '--rounds_per_eval=1',
 def _run(module, *argv):
   res = subprocess.run([sys.executable, '-m', module, *_TINY, *argv], cwd=ROOT,
                        env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True,
-                       text=True, timeout=600)
+                       text=True, timeout=1200)
   assert res.returncode == 0, res.stderr[-3000:]
   return res
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(2400)  # three start-ups of TensorFlow
 def test_a_grid_in_one_process_trains_the_models_of_separate_trainer_runs(tmp_path):
   """All combinations run in one process, each from its own values (no flag
-  rewritten between runs), give the models of one trainer process per run."""
+  rewritten between runs), give the models of one trainer process per run;
+  SCAFFOLD (client state) runs after FedAvg in the grid's process."""
   import numpy as np
-  res = _run('experiments.grid', '--grid=algorithm=fedavg,scaffold,fedprox', '--grid_name=g',
+  res = _run('experiments.grid', '--grid=algorithm=fedavg,scaffold', '--grid_name=g',
              f'--root_output_dir={tmp_path}')
   assert [line.split()[0] for line in res.stdout.splitlines() if line.startswith('[')] == [
-      '[1/3]', '[2/3]', '[3/3]']
-  for algorithm in ('fedavg', 'scaffold', 'fedprox'):
+      '[1/2]', '[2/2]']
+  for algorithm in ('fedavg', 'scaffold'):
     _run('experiments.train', f'--algorithm={algorithm}', f'--root_output_dir={tmp_path}',
          f'--experiment_name=alone_{algorithm}')
     grid = np.load(tmp_path / 'g' / f'algorithm={algorithm}' / 'final_weights.npz')

@@ -41,9 +41,8 @@ from typing import Callable, Optional
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_algos.core import accounting
+from tff_algos.core import algorithm as algorithm_lib
 from tff_algos.core import client_work as client_work_lib
-from tff_algos.core import device_average
 from tff_algos.core import local_training
 from tff_algos.core import stateful_process
 from tff_algos.core.algorithm import FederatedAlgorithm
@@ -145,10 +144,8 @@ def _fns(config: FedDynConfig) -> stateful_process.StatefulFns:
     def correction(weights, grads):
       return local_gradient(config, grads, weights, theta_srv, g_k, alpha_k)
 
-    outcome = local_training.run_local_training(
-        model, sgd, collections.OrderedDict(learning_rate=hparams['learning_rate']),
-        server_weights, dataset, hparams['num_steps'], hparams['num_epochs'],
-        correction_fn=correction)
+    outcome = local_training.run_scheduled(model, sgd, hparams, server_weights, dataset,
+                                           correction_fn=correction)
     delta = [-d for d in outcome.delta]          # theta_k^t - theta_{t-1}
     return stateful_process.ClientStep(
         upload=delta, new_state=client_state_update(g_k, delta, alpha_k),
@@ -157,30 +154,24 @@ def _fns(config: FedDynConfig) -> stateful_process.StatefulFns:
   def server_step(weights, algorithm_state, delta_sum, num_finite, population):
     theta, h = server_update(config, list(weights.trainable), list(algorithm_state['h']),
                              list(delta_sum), num_finite, population[0])
-    return (tff.learning.models.ModelWeights(trainable=theta,
-                                             non_trainable=list(weights.non_trainable)),
-            collections.OrderedDict(h=h))
+    return stateful_process.with_trainable(weights, theta), collections.OrderedDict(h=h)
 
   def initial_client_state(weights):
     return _zeros(list(weights.trainable))
 
-  fns = stateful_process.StatefulFns(server_init, broadcast, client_update,
-                                     server_step, initial_client_state)
-  return (device_average.with_device_average(fns) if config.report_device_average
-          else fns)
+  return stateful_process.StatefulFns(server_init, broadcast, client_update,
+                                      server_step, initial_client_state)
 
 
 def build_feddyn(model_fn: Callable[[], tff.learning.models.VariableModel],
                  config: FedDynConfig = FedDynConfig(),
                  name: str = 'feddyn') -> FederatedAlgorithm:
-  process, traffic = stateful_process.build_stateful_process(
-      model_fn, config.client_schedule(), _fns(config),
-      needs_mean_examples=config.adaptive_alpha)
   # Per parameter and step: SGD's 2 plus the gradient correction
   # - g_k + alpha (theta - theta_srv): 4 more (paper 004 App. B's counting).
-  return FederatedAlgorithm(name=name, process=process, traffic=traffic,
-                            stateful_clients=True,
-                            compute=accounting.ComputeModel(optimizer_flops_per_param=6.0))
+  return algorithm_lib.build_stateful_algorithm(
+      name, model_fn, config.client_schedule(), _fns(config), optimizer_flops_per_param=6.0,
+      report_device_average=config.report_device_average,
+      needs_mean_examples=config.adaptive_alpha)
 
 
 # Trainer integration (the flag rules: `flag_rules.feddyn`).

@@ -93,9 +93,8 @@ def fixed_statistics_training(rule: gbo_optimizers.GBOOptimizer):
   """K local steps y <- y - U(eta, g, s_t) with the downloaded s_t fixed."""
   def client_fn(model, hparams, statistics, initial_weights, dataset):
     optimizer = gbo_optimizers.FixedStatistics(rule, statistics)
-    outcome = local_training.run_local_training(
-        model, optimizer, {'learning_rate': hparams['learning_rate']},
-        initial_weights, dataset, hparams['num_steps'], hparams['num_epochs'])
+    outcome = local_training.run_scheduled(model, optimizer, hparams, initial_weights,
+                                           dataset)
     return outcome, ()
   return client_fn
 

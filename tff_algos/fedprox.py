@@ -41,7 +41,7 @@ import tensorflow_federated as tff
 
 from tff_algos import fedopt
 from tff_algos.core import accounting
-from tff_algos.core import device_average
+from tff_algos.core import algorithm as algorithm_lib
 from tff_algos.core import local_training
 from tff_algos.core import stateful_process
 from tff_algos.core.algorithm import FederatedAlgorithm
@@ -102,9 +102,8 @@ def _device_average_fns(config: FedProxConfig) -> stateful_process.StatefulFns:
 
   def client_update(model, x_t, hparams, dataset, participations, mean_examples):
     del mean_examples
-    outcome = local_training.run_local_training(
-        model, optimizer, collections.OrderedDict(learning_rate=hparams['learning_rate']),
-        x_t, dataset, hparams['num_steps'], hparams['num_epochs'],
+    outcome = local_training.run_scheduled(
+        model, optimizer, hparams, x_t, dataset,
         correction_fn=None if correction is None else correction(x_t))
     weight = (tf.constant(1.0) if opt.uniform_weighting else
               tf.cast(local_training.count_examples(dataset), tf.float32))
@@ -118,28 +117,24 @@ def _device_average_fns(config: FedProxConfig) -> stateful_process.StatefulFns:
     del num_finite, population
     total = tf.maximum(upload_sum['weight'], 1e-12)
     x = [w + eta * d / total for w, d in zip(weights.trainable, upload_sum['delta'])]
-    return (tff.learning.models.ModelWeights(trainable=x,
-                                             non_trainable=list(weights.non_trainable)),
-            algorithm_state)
+    return stateful_process.with_trainable(weights, x), algorithm_state
 
   def initial_client_state(weights):   # the device's number of participations
     del weights
     return tf.constant(0.0)
 
-  fns = stateful_process.StatefulFns(server_init, broadcast, client_update,
-                                     server_update, initial_client_state)
-  return device_average.with_device_average(fns, weighted=not opt.uniform_weighting)
+  return stateful_process.StatefulFns(server_init, broadcast, client_update,
+                                      server_update, initial_client_state)
 
 
 def build_device_average(model_fn: Callable[[], tff.learning.models.VariableModel],
                          config: FedProxConfig, name: str) -> FederatedAlgorithm:
   """FedProx (FedAvg: mu = 0) reporting the average of all device models."""
-  process, traffic = stateful_process.build_stateful_process(
-      model_fn, config.fedopt.client_schedule(), _device_average_fns(config),
-      needs_mean_examples=not config.fedopt.uniform_weighting)
-  return FederatedAlgorithm(
-      name=name, process=process, traffic=traffic, stateful_clients=True,
-      compute=accounting.ComputeModel(optimizer_flops_per_param=5.0 if config.mu else 2.0))
+  weighted = not config.fedopt.uniform_weighting
+  return algorithm_lib.build_stateful_algorithm(
+      name, model_fn, config.fedopt.client_schedule(), _device_average_fns(config),
+      optimizer_flops_per_param=5.0 if config.mu else 2.0, report_device_average=True,
+      weighted_device_average=weighted, needs_mean_examples=weighted)
 
 
 def build_fedprox(model_fn: Callable[[], tff.learning.models.VariableModel],

@@ -43,6 +43,7 @@ import tensorflow_federated as tff
 
 from tff_algos import fedopt
 from tff_algos.core import client_work as client_work_lib
+from tff_algos.core import local_training
 from tff_algos.core import optimizers
 from tff_algos.core import plateau
 from tff_algos.core import schedules
@@ -137,7 +138,6 @@ class PlateauSchedule:
   client: plateau.PlateauConfig
   server: plateau.PlateauConfig
   num_steps: int
-  needs_pre_training_loss = True
 
   def initial_state(self):
     return collections.OrderedDict(client=plateau.initial_state(self.client),
@@ -159,16 +159,42 @@ class PlateauSchedule:
     return lambda state: state['server']['lr']
 
 
+def theta_weighted_sum(theta: np.ndarray) -> local_training.StepTransform:
+  """sum_k theta_k g_k of the RAW minibatch gradients (steps past Theta: 0);
+  the gradient itself is left unchanged."""
+  def init(trainable):
+    return tuple(tf.zeros_like(v) for v in trainable)
+
+  def update(grads, weights, grad_sum, step):
+    del weights
+    step_weights = tf.constant(theta, tf.float32)
+    index = tf.minimum(step, tf.size(step_weights) - 1)
+    theta_k = tf.where(step < tf.size(step_weights), tf.gather(step_weights, index), 0.0)
+    return grads, tuple(s + theta_k * g for s, g in zip(grad_sum, grads))
+  return local_training.StepTransform(init, update)
+
+
 def gradient_sum(outcome, hparams):
+  """q_i: the Theta-weighted sum (the transform's state), shaped like the delta."""
   del hparams
-  return outcome.grad_sum
+  return tf.nest.pack_sequence_as(outcome.delta, list(outcome.transform_state))
 
 
-def _client_work(model_fn, config: LocalUpdateConfig, schedule):
-  theta = np.asarray(config.theta, np.float32)
+def _loss_at_x_t(model, initial_weights, dataset):
+  loss, examples = local_training.mean_loss(model, initial_weights, dataset)
+  return loss, tf.cast(examples, tf.float32)
+
+
+# l_i, each client's loss at x_t on its whole dataset, before training.
+PRE_TRAINING_LOSS = client_work_lib.ClientMeasurement('pre_training_loss', _loss_at_x_t)
+
+
+def _client_work(model_fn, config: LocalUpdateConfig, schedule, measure_loss: bool):
   return client_work_lib.build_client_work(
       model_fn, tff.learning.optimizers.build_sgdm(config.client_learning_rate),
-      schedule, output_fn=gradient_sum, step_weights=theta,
+      schedule, output_fn=gradient_sum,
+      transform=theta_weighted_sum(np.asarray(config.theta, np.float32)),
+      before_training=PRE_TRAINING_LOSS if measure_loss else None,
       client_weighting=(tff.learning.ClientWeighting.NUM_EXAMPLES
                         if config.example_weighted else
                         tff.learning.ClientWeighting.UNIFORM))
@@ -191,9 +217,9 @@ def build_local_update(model_fn, config: LocalUpdateConfig,
                        name: str = 'local_update') -> FederatedAlgorithm:
   schedule = client_work_lib.ClientSchedule(
       learning_rate=schedules.ExponentialDecay(config.client_learning_rate),
-      local_steps=schedules.LocalSteps(len(config.theta)),
-      needs_pre_training_loss=config.measure_pre_training_loss)
-  return fedopt.compose(name, model_fn, _client_work(model_fn, config, schedule),
+      local_steps=schedules.LocalSteps(len(config.theta)))
+  work = _client_work(model_fn, config, schedule, config.measure_pre_training_loss)
+  return fedopt.compose(name, model_fn, work,
                         config.server_optimizer.build(), _aggregator())
 
 
@@ -204,7 +230,7 @@ def build_local_update_decay(model_fn, config: LocalUpdateConfig,
       client=decay.plateau(config.client_learning_rate, decay.client_decay),
       server=decay.plateau(config.server_optimizer.learning_rate, decay.server_decay),
       num_steps=len(config.theta))
-  return fedopt.compose(name, model_fn, _client_work(model_fn, config, schedule),
+  return fedopt.compose(name, model_fn, _client_work(model_fn, config, schedule, True),
                         config.server_optimizer.build(), _aggregator())
 
 

@@ -37,9 +37,8 @@ from typing import Callable, Optional
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_algos.core import accounting
+from tff_algos.core import algorithm as algorithm_lib
 from tff_algos.core import client_work as client_work_lib
-from tff_algos.core import device_average
 from tff_algos.core import local_training
 from tff_algos.core import stateful_process
 from tff_algos.core.algorithm import FederatedAlgorithm
@@ -127,10 +126,8 @@ def _fns(config: ScaffoldConfig) -> stateful_process.StatefulFns:
     def correction(weights, grads):
       return corrected_gradient(config, grads, weights, c_i, c_scaled)
 
-    outcome = local_training.run_local_training(
-        model, sgd, collections.OrderedDict(learning_rate=hparams['learning_rate']),
-        message['model'], dataset, hparams['num_steps'], hparams['num_epochs'],
-        correction_fn=correction)
+    outcome = local_training.run_scheduled(model, sgd, hparams, message['model'], dataset,
+                                           correction_fn=correction)
     delta = list(outcome.delta)                    # x - y_K
     new_c_i = control_variate_update(c_i, c, delta, outcome.num_steps, cv_learning_rate)
     upload = collections.OrderedDict(
@@ -143,30 +140,24 @@ def _fns(config: ScaffoldConfig) -> stateful_process.StatefulFns:
     x, c = server_update(config, list(weights.trainable), list(algorithm_state['c']),
                          list(upload_sum['dy']), list(upload_sum['dc']),
                          num_finite, population[0])
-    return (tff.learning.models.ModelWeights(trainable=x,
-                                             non_trainable=list(weights.non_trainable)),
-            collections.OrderedDict(c=c))
+    return stateful_process.with_trainable(weights, x), collections.OrderedDict(c=c)
 
   def initial_client_state(weights):
     return [tf.zeros_like(w) for w in weights.trainable]
 
-  fns = stateful_process.StatefulFns(server_init, broadcast, client_update,
-                                     server_step, initial_client_state)
-  return (device_average.with_device_average(fns) if config.report_device_average
-          else fns)
+  return stateful_process.StatefulFns(server_init, broadcast, client_update,
+                                      server_step, initial_client_state)
 
 
 def build_scaffold(model_fn: Callable[[], tff.learning.models.VariableModel],
                    config: ScaffoldConfig = ScaffoldConfig(),
                    name: str = 'scaffold') -> FederatedAlgorithm:
-  process, traffic = stateful_process.build_stateful_process(
-      model_fn, config.client_schedule(), _fns(config),
-      needs_mean_examples=config.reference_conventions)
   # Per parameter and step: SGD's 2 plus the correction - c_i + c: 2 more
   # (paper 004 App. B's counting).
-  return FederatedAlgorithm(name=name, process=process, traffic=traffic,
-                            stateful_clients=True,
-                            compute=accounting.ComputeModel(optimizer_flops_per_param=4.0))
+  return algorithm_lib.build_stateful_algorithm(
+      name, model_fn, config.client_schedule(), _fns(config), optimizer_flops_per_param=4.0,
+      report_device_average=config.report_device_average,
+      needs_mean_examples=config.reference_conventions)
 
 
 # Trainer integration (the flag rules: `flag_rules.scaffold`).

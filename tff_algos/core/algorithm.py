@@ -8,6 +8,8 @@ import dataclasses
 import tensorflow_federated as tff
 
 from tff_algos.core import accounting
+from tff_algos.core import device_average
+from tff_algos.core import stateful_process
 
 
 @dataclasses.dataclass(frozen=True)
@@ -20,3 +22,19 @@ class FederatedAlgorithm:
   # per-client state the trainer keeps in a `core.client_state.ClientStateStore`
   # (FedDyn, SCAFFOLD); its `traffic` excludes that state (it stays on clients).
   stateful_clients: bool = False
+
+
+def build_stateful_algorithm(
+    name: str, model_fn, schedule, fns, *, optimizer_flops_per_param: float,
+    report_device_average: bool = False, weighted_device_average: bool = False,
+    needs_mean_examples: bool = False) -> FederatedAlgorithm:
+  """A stateful-client algorithm from its round functions
+  (`stateful_process.StatefulFns`), reporting the average of all device models
+  if asked (`device_average`, n_k-weighted if `weighted_device_average`)."""
+  if report_device_average:
+    fns = device_average.with_device_average(fns, weighted=weighted_device_average)
+  process, traffic = stateful_process.build_stateful_process(
+      model_fn, schedule, fns, needs_mean_examples=needs_mean_examples)
+  return FederatedAlgorithm(
+      name=name, process=process, traffic=traffic, stateful_clients=True,
+      compute=accounting.ComputeModel(optimizer_flops_per_param=optimizer_flops_per_param))

@@ -4,16 +4,19 @@ Its server state is a *schedule state*: for `ClientSchedule` the round number t
 (gamma_t, K_t are functions of t: `schedules`); for a plateau schedule
 (LocalUpdateDecay) the ReduceLROnPlateau states. Each round the server derives
 the round's client hyperparameters from it, broadcasts them with the model, and
-every client runs `local_training.run_local_training` (after measuring its loss
-at x_t on its whole dataset, if the schedule asks for it).
-What a client sends back is chosen by the algorithm through `ClientOutputFn`
-(the FedAvg delta, a Theta-weighted gradient sum, ...), so algorithms that
-differ only in that choice share this whole process.
+every client runs `local_training.run_local_training`. The algorithm
+parameterises the round with hooks: what a client sends back
+(`ClientOutputFn`: the FedAvg delta, a Theta-weighted gradient sum, ...), how
+each local step's gradient is transformed (`local_training.StepTransform`s,
+chained), and a value each client measures before training
+(`ClientMeasurement`, e.g. LocalUpdateDecay's loss at x_t), averaged by the
+server and fed to the schedule's `next_state`.
 
-Measurements per round: the model's training metrics (TFF's
-`sum_then_finalize`), `client_steps` (total local steps taken this round),
-`client_learning_rate`, `local_steps` (K_t), `non_finite_clients`, and
-`pre_training_loss` when measured.
+Measurements per round (`rounds.measurements`): the model's training metrics
+(TFF's `sum_then_finalize`), `client_steps` (total local steps taken this
+round), `non_finite_clients`, `client_learning_rate`, `local_steps` (K_t),
+`server_learning_rate` when the schedule sets it, and the
+`ClientMeasurement`'s mean under its name.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_algos.core import local_training
+from tff_algos.core import rounds
 from tff_algos.core import schedules
 
 # (outcome, hparams) -> the update a client uploads (structure of trainable weights).
@@ -58,8 +62,6 @@ class ClientSchedule:
   learning_rate: schedules.ExponentialDecay
   local_steps: Optional[schedules.LocalSteps] = None  # None: epochs mode
   epochs: int = 1
-  # Also measure each client's loss at x_t before training (a metric only).
-  needs_pre_training_loss: bool = False
   # eta_t = server_lr(t), set into the server optimiser each round from the
   # round number here, so a rejected (non-finite) round does not shift it.
   server_lr: Optional[schedules.ExponentialDecay] = None
@@ -80,8 +82,9 @@ class ClientSchedule:
   def hparams(self, state):
     return self.hparams_at(state['round_num'])
 
-  def next_state(self, state, pre_training_loss=None):
-    del pre_training_loss
+  def next_state(self, state, measured=None):
+    """The next round's state (`measured`: a `ClientMeasurement`'s mean, unused)."""
+    del measured
     return collections.OrderedDict(round_num=state['round_num'] + 1)
 
   def hparams_at(self, round_num):
@@ -107,6 +110,49 @@ class ClientWork(NamedTuple):
   server_learning_rate_fn: Optional[Callable[[Any], tf.Tensor]] = None
 
 
+@dataclasses.dataclass(frozen=True)
+class ClientMeasurement:
+  """A value each client measures before training (e.g. its loss at x_t).
+
+  measure(model, initial_weights, dataset) -> (value, weight), float32
+  scalars. The server takes the mean (weighted by `weight` when clients are
+  weighted by their examples), reports it under `name` and passes it to the
+  schedule's `next_state(state, mean)`. It must leave the model's metrics
+  reset, so that training metrics count training only.
+  """
+  name: str
+  measure: Callable[[Any, Any, tf.data.Dataset], tuple[tf.Tensor, tf.Tensor]]
+
+
+def _client_fn(client_optimizer, output_fn, transform, correction, before_training,
+               by_examples: bool):
+  """A client's round: (model, hparams, x_t, dataset) -> (ClientResult,
+  metrics, stats)."""
+  base_hparams = client_optimizer.get_hparams(
+      client_optimizer.initialize(tf.TensorSpec((), tf.float32)))
+
+  def client_fn(model, hparams, initial_weights, dataset):
+    if before_training is not None:
+      measured = before_training.measure(model, initial_weights, dataset)
+    opt_hparams = collections.OrderedDict(base_hparams)
+    opt_hparams[tff.learning.optimizers.LEARNING_RATE_KEY] = tf.cast(
+        hparams['learning_rate'], tf.float32)
+    outcome = local_training.run_local_training(
+        model, client_optimizer, opt_hparams, initial_weights, dataset,
+        hparams['num_steps'], hparams['num_epochs'], transform=transform,
+        correction_fn=None if correction is None else correction(initial_weights))
+    kept = rounds.drop_if_non_finite(
+        model, rounds.ClientStep(output_fn(outcome, hparams), (), outcome),
+        weight_fn=rounds.examples_weight(dataset, outcome) if by_examples else None)
+    stats = kept.stats
+    if before_training is not None:
+      stats['measured'] = measured[0]
+      stats['measured_weight'] = measured[1]
+    return (tff.learning.templates.ClientResult(update=kept.upload, update_weight=kept.weight),
+            model.report_local_unfinalized_metrics(), stats)
+  return client_fn
+
+
 def build_client_work(
     model_fn: Callable[[], tff.learning.models.VariableModel],
     client_optimizer: tff.learning.optimizers.Optimizer,
@@ -115,8 +161,9 @@ def build_client_work(
     client_weighting: tff.learning.ClientWeighting = (
         tff.learning.ClientWeighting.NUM_EXAMPLES),
     output_fn: ClientOutputFn = model_delta,
-    step_weights: Optional[tf.Tensor] = None,
+    transform: Optional[local_training.StepTransform] = None,
     correction: Optional[Callable[[Any], local_training.CorrectionFn]] = None,
+    before_training: Optional[ClientMeasurement] = None,
 ) -> ClientWork:
   """Client work running the shared local loop under a round schedule.
 
@@ -127,20 +174,13 @@ def build_client_work(
     schedule: the round schedule of gamma and K (or epochs).
     client_weighting: NUM_EXAMPLES (the client's dataset size n_i) or UNIFORM.
     output_fn: picks the uploaded update from the loop's outcome.
-    step_weights: Theta for the loop's weighted gradient sum (None: not kept).
+    transform: a transform of each step's raw gradient (e.g. LocalUpdate's
+      Theta-weighted sum); its final state is the outcome's `transform_state`.
     correction: optional `initial_weights -> correction_fn` changing the local
-      objective's gradient (e.g. FedProx's mu (theta - x_t)).
+      objective's gradient after `transform` (e.g. FedProx's mu (theta - x_t)).
+    before_training: a value each client measures at x_t before training.
   """
-  with tf.Graph().as_default():
-    whimsy = model_fn()
-    metrics_aggregation_fn = tff.learning.metrics.sum_then_finalize(
-        whimsy.metric_finalizers())
-  weights_type = tff.learning.models.weights_type_from_model(whimsy)
-  data_type = tff.SequenceType(tff.types.tensorflow_to_type(whimsy.input_spec))
-  base_hparams = client_optimizer.get_hparams(
-      client_optimizer.initialize(tf.TensorSpec((), tf.float32)))
-
-  pre_loss = schedule.needs_pre_training_loss
+  types = rounds.model_types(model_fn)
   by_examples = client_weighting == tff.learning.ClientWeighting.NUM_EXAMPLES
 
   @tff.tensorflow.computation
@@ -153,95 +193,49 @@ def build_client_work(
   def round_hparams(state):
     return schedule.hparams(state)
 
-  if pre_loss:
-    @tff.tensorflow.computation(state_type, tf.float32)
-    def next_state(state, loss):
-      return schedule.next_state(state, loss)
-  else:
+  if before_training is None:
     @tff.tensorflow.computation(state_type)
     def next_state(state):
       return schedule.next_state(state)
-
-  hparams_type = round_hparams.type_signature.result
+  else:
+    @tff.tensorflow.computation(state_type, tf.float32)
+    def next_state(state, measured):
+      return schedule.next_state(state, measured)
 
   server_lr_fn = getattr(schedule, 'server_learning_rate_fn', None)
   server_lr = (None if server_lr_fn is None
                else tff.tensorflow.computation(server_lr_fn, state_type))
 
-  @tff.tensorflow.computation(hparams_type, weights_type, data_type)
+  client_fn = _client_fn(client_optimizer, output_fn, transform, correction,
+                         before_training, by_examples)
+
+  @tff.tensorflow.computation(round_hparams.type_signature.result, types.weights, types.data)
   def client_update(hparams, initial_weights, dataset):
-    model = model_fn()
-    theta = (None if step_weights is None
-             else tf.constant(step_weights, tf.float32))
-
-    @tf.function
-    def train(hparams, initial_weights, dataset):
-      if pre_loss:  # the loss at x_t, before any local step
-        loss_before, examples_before = local_training.mean_loss(
-            model, initial_weights, dataset)
-      opt_hparams = collections.OrderedDict(base_hparams)
-      opt_hparams[tff.learning.optimizers.LEARNING_RATE_KEY] = tf.cast(
-          hparams['learning_rate'], tf.float32)
-      outcome = local_training.run_local_training(
-          model, client_optimizer, opt_hparams, initial_weights, dataset,
-          hparams['num_steps'], hparams['num_epochs'], step_weights=theta,
-          correction_fn=None if correction is None else correction(initial_weights))
-      update = output_fn(outcome, hparams)
-      finite = (outcome.finite if update is outcome.delta  # checked in the loop
-                else tf.logical_and(outcome.finite, local_training.all_finite(update)))
-      if finite:
-        # NUM_EXAMPLES weights by the client's dataset size n_i (paper 000,
-        # Alg. 1), not by examples processed: with K steps every client
-        # processes ~K*B examples whatever its size. (Per epoch the two are
-        # proportional, so TFF's FedAvg weights agree.)
-        weight = (tf.cast(local_training.examples_per_pass(dataset, outcome), tf.float32)
-                  if client_weighting == tff.learning.ClientWeighting.NUM_EXAMPLES
-                  else tf.constant(1.0))
-      else:
-        # A diverged client contributes nothing (TFF's convention): its update
-        # is zeroed, its weight is 0, and its metrics are dropped.
-        update = tf.nest.map_structure(tf.zeros_like, update)
-        weight = tf.constant(0.0)
-        model.reset_metrics()
-      stats = collections.OrderedDict(
-          num_steps=outcome.num_steps,
-          non_finite=tf.cast(tf.logical_not(finite), tf.int32))
-      if pre_loss:
-        stats['pre_training_loss'] = loss_before
-        stats['pre_training_examples'] = tf.cast(examples_before, tf.float32)
-      return (tff.learning.templates.ClientResult(update=update, update_weight=weight),
-              model.report_local_unfinalized_metrics(), stats)
-
-    return train(hparams, initial_weights, dataset)
+    return rounds.run_client(model_fn, client_fn, hparams, initial_weights, dataset)
 
   @tff.federated_computation
   def init_fn():
     return tff.federated_eval(initial_state, tff.SERVER)
 
-  @tff.federated_computation(
-      init_fn.type_signature.result,
-      tff.FederatedType(weights_type, tff.CLIENTS),
-      tff.FederatedType(data_type, tff.CLIENTS))
+  @tff.federated_computation(init_fn.type_signature.result,
+                             tff.FederatedType(types.weights, tff.CLIENTS),
+                             tff.FederatedType(types.data, tff.CLIENTS))
   def next_fn(state, weights, client_data):
     hparams = tff.federated_map(round_hparams, state)
     result, model_metrics, stats = tff.federated_map(
         client_update, (tff.federated_broadcast(hparams), weights, client_data))
-    measurements = collections.OrderedDict(
-        train=metrics_aggregation_fn(model_metrics),
-        client_steps=tff.federated_sum(stats.num_steps),
-        non_finite_clients=tff.federated_sum(stats.non_finite),
-        client_learning_rate=hparams.learning_rate,
+    measurements = rounds.measurements(
+        types.aggregate_metrics, model_metrics, stats, hparams.learning_rate,
         local_steps=hparams.num_steps)
     if server_lr is not None:
       measurements['server_learning_rate'] = tff.federated_map(server_lr, state)
-    if pre_loss:
-      loss = tff.federated_mean(
-          stats.pre_training_loss,
-          weight=stats.pre_training_examples if by_examples else None)
-      measurements['pre_training_loss'] = loss
-      new_state = tff.federated_map(next_state, (state, loss))
-    else:
+    if before_training is None:
       new_state = tff.federated_map(next_state, state)
+    else:
+      mean = tff.federated_mean(stats.measured,
+                                weight=stats.measured_weight if by_examples else None)
+      measurements[before_training.name] = mean
+      new_state = tff.federated_map(next_state, (state, mean))
     return tff.templates.MeasuredProcessOutput(
         new_state, result, tff.federated_zip(measurements))
 

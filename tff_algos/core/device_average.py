@@ -24,7 +24,6 @@ from __future__ import annotations
 import collections
 
 import tensorflow as tf
-import tensorflow_federated as tff
 
 from tff_algos.core import local_training
 from tff_algos.core import stateful_process
@@ -78,8 +77,7 @@ def with_device_average(fns: stateful_process.StatefulFns,
                                    model=list(weights.trainable))
 
   def report_weights(weights, state):
-    return tff.learning.models.ModelWeights(trainable=list(state['device_average']),
-                                            non_trainable=list(weights.non_trainable))
+    return stateful_process.with_trainable(weights, list(state['device_average']))
 
   def set_weights(weights, state):
     algorithm = state['algorithm']

@@ -33,6 +33,7 @@ import tensorflow_federated as tff
 
 from tff_algos.core import client_work as client_work_lib
 from tff_algos.core import local_training
+from tff_algos.core import rounds
 
 # (model, hparams, statistics, initial_weights, dataset) -> (LocalOutcome, extra upload)
 ClientFn = Callable[..., tuple[local_training.LocalOutcome, Any]]
@@ -42,6 +43,62 @@ ServerFn = Callable[[Any, Any, Any, Any], Any]
 
 def _is_empty(structure) -> bool:
   return not tf.nest.flatten(structure)
+
+
+def _client_round(client_fn: ClientFn, by_examples: bool):
+  """(model, hparams, s_t, x_t, dataset) -> (ClientResult, extra upload,
+  metrics, stats), a diverged client dropped."""
+  def train(model, hparams, statistics, initial_weights, dataset):
+    outcome, extra = client_fn(model, hparams, statistics, initial_weights, dataset)
+    kept = rounds.drop_if_non_finite(
+        model, rounds.ClientStep((outcome.delta, extra), (), outcome),
+        weight_fn=rounds.examples_weight(dataset, outcome) if by_examples else None)
+    update, extra = kept.upload
+    return (tff.learning.templates.ClientResult(update=update, update_weight=kept.weight),
+            extra, model.report_local_unfinalized_metrics(), kept.stats)
+  return train
+
+
+def _statistics_update(server_fn: ServerFn, old, hparams, total_weight, mean_delta,
+                       mean_extra):
+  """s_{t+1} = server_fn(...), or s_t if no client was left or a mean or the
+  new statistics are non-finite."""
+  new = server_fn(old, hparams, mean_delta, mean_extra)
+  ok = tf.logical_and(total_weight > 0.0, local_training.all_finite(
+      [x for x in (mean_delta, mean_extra) if x is not None]))
+  ok = tf.logical_and(ok, local_training.all_finite(
+      [t for t in tf.nest.flatten(new) if t.dtype.is_floating]))
+  return tf.nest.map_structure(
+      lambda n, o: tf.where(ok, n, o), new, tf.nest.pack_sequence_as(
+          new, tf.nest.flatten(old)))
+
+
+def _next_state(schedule, server_fn: ServerFn, server_uses_delta: bool, state_type,
+                hparams_type, result_type):
+  """The server's state update from the round's means, and whether the
+  clients upload an extra structure."""
+  update_type, extra_type = result_type[0].update, result_type[1]
+  has_extra = not _is_empty(tff.types.type_to_tf_tensor_specs(extra_type))
+  mean_types = []
+  if server_uses_delta:
+    mean_types.append(update_type)
+  if has_extra:
+    mean_types.append(extra_type)
+
+  if not mean_types:
+    raise ValueError('the statistics need mean Delta or an extra client upload')
+
+  @tff.tensorflow.computation(state_type, hparams_type, tf.float32,
+                              tff.StructWithPythonType(mean_types, list))
+  def next_state(state, hparams, total_weight, means):
+    means = list(means)
+    mean_delta = means.pop(0) if server_uses_delta else None
+    mean_extra = means.pop(0) if has_extra else None
+    return collections.OrderedDict(
+        schedule=schedule.next_state(state['schedule']),
+        statistics=_statistics_update(server_fn, state['statistics'], hparams,
+                                      total_weight, mean_delta, mean_extra))
+  return next_state, has_extra
 
 
 def build_statistics_client_work(
@@ -67,14 +124,9 @@ def build_statistics_client_work(
     server_uses_delta: whether `server_fn` needs mean Delta (FedGBO).
     client_weighting: NUM_EXAMPLES (dataset size n_i) or UNIFORM.
   """
-  with tf.Graph().as_default():
-    whimsy = model_fn()
-    metrics_aggregation_fn = tff.learning.metrics.sum_then_finalize(
-        whimsy.metric_finalizers())
-  weights_type = tff.learning.models.weights_type_from_model(whimsy)
-  data_type = tff.SequenceType(tff.types.tensorflow_to_type(whimsy.input_spec))
+  types = rounds.model_types(model_fn)
   trainable_specs = tuple(tf.TensorSpec(t.shape, t.dtype)
-                          for t in weights_type.trainable)
+                          for t in types.weights.trainable)
   by_examples = client_weighting == tff.learning.ClientWeighting.NUM_EXAMPLES
 
   @tff.tensorflow.computation
@@ -95,60 +147,14 @@ def build_statistics_client_work(
   hparams_type = round_hparams.type_signature.result
   statistics_type = statistics_of.type_signature.result
 
-  @tff.tensorflow.computation(hparams_type, statistics_type, weights_type, data_type)
+  train = _client_round(client_fn, by_examples)
+
+  @tff.tensorflow.computation(hparams_type, statistics_type, types.weights, types.data)
   def client_update(hparams, statistics, initial_weights, dataset):
-    model = model_fn()
+    return rounds.run_client(model_fn, train, hparams, statistics, initial_weights, dataset)
 
-    @tf.function
-    def train(hparams, statistics, initial_weights, dataset):
-      outcome, extra = client_fn(model, hparams, statistics, initial_weights, dataset)
-      update = outcome.delta
-      finite = tf.logical_and(outcome.finite, local_training.all_finite(extra))
-      if finite:
-        weight = (tf.cast(local_training.examples_per_pass(dataset, outcome), tf.float32)
-                  if by_examples else tf.constant(1.0))
-      else:
-        update = tf.nest.map_structure(tf.zeros_like, update)
-        extra = tf.nest.map_structure(tf.zeros_like, extra)
-        weight = tf.constant(0.0)
-        model.reset_metrics()
-      stats = collections.OrderedDict(
-          num_steps=outcome.num_steps,
-          non_finite=tf.cast(tf.logical_not(finite), tf.int32))
-      return (tff.learning.templates.ClientResult(update=update, update_weight=weight),
-              extra, model.report_local_unfinalized_metrics(), stats)
-
-    return train(hparams, statistics, initial_weights, dataset)
-
-  result_type = client_update.type_signature.result
-  update_type, extra_type = result_type[0].update, result_type[1]
-  has_extra = not _is_empty(tff.types.type_to_tf_tensor_specs(extra_type))
-  mean_types = []
-  if server_uses_delta:
-    mean_types.append(update_type)
-  if has_extra:
-    mean_types.append(extra_type)
-
-  if not mean_types:
-    raise ValueError('the statistics need mean Delta or an extra client upload')
-
-  @tff.tensorflow.computation(state_type, hparams_type, tf.float32,
-                              tff.StructWithPythonType(mean_types, list))
-  def next_state(state, hparams, total_weight, means):
-    means = list(means)
-    mean_delta = means.pop(0) if server_uses_delta else None
-    mean_extra = means.pop(0) if has_extra else None
-    old = state['statistics']
-    new = server_fn(old, hparams, mean_delta, mean_extra)
-    ok = tf.logical_and(total_weight > 0.0, local_training.all_finite(
-        [x for x in (mean_delta, mean_extra) if x is not None]))
-    ok = tf.logical_and(ok, local_training.all_finite(
-        [t for t in tf.nest.flatten(new) if t.dtype.is_floating]))
-    statistics = tf.nest.map_structure(
-        lambda n, o: tf.where(ok, n, o), new, tf.nest.pack_sequence_as(
-            new, tf.nest.flatten(old)))
-    return collections.OrderedDict(schedule=schedule.next_state(state['schedule']),
-                                   statistics=statistics)
+  next_state, has_extra = _next_state(schedule, server_fn, server_uses_delta, state_type,
+                                       hparams_type, client_update.type_signature.result)
 
   @tff.federated_computation
   def init_fn():
@@ -156,8 +162,8 @@ def build_statistics_client_work(
 
   @tff.federated_computation(
       init_fn.type_signature.result,
-      tff.FederatedType(weights_type, tff.CLIENTS),
-      tff.FederatedType(data_type, tff.CLIENTS))
+      tff.FederatedType(types.weights, tff.CLIENTS),
+      tff.FederatedType(types.data, tff.CLIENTS))
   def next_fn(state, weights, client_data):
     hparams = tff.federated_map(round_hparams, state)
     statistics = tff.federated_map(statistics_of, state)
@@ -172,11 +178,8 @@ def build_statistics_client_work(
       means.append(tff.federated_mean(extra, weight=weight))
     new_state = tff.federated_map(next_state, tff.federated_zip(
         (state, hparams, tff.federated_sum(weight), tff.federated_zip(tuple(means)))))
-    measurements = collections.OrderedDict(
-        train=metrics_aggregation_fn(model_metrics),
-        client_steps=tff.federated_sum(stats.num_steps),
-        non_finite_clients=tff.federated_sum(stats.non_finite),
-        client_learning_rate=hparams.learning_rate,
+    measurements = rounds.measurements(
+        types.aggregate_metrics, model_metrics, stats, hparams.learning_rate,
         local_steps=hparams.num_steps)
     return tff.templates.MeasuredProcessOutput(
         new_state, result, tff.federated_zip(measurements))

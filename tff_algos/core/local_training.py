@@ -10,24 +10,28 @@ regime of papers 000/002/004) or `num_epochs` passes (set `num_steps = -1`):
 and reports what the algorithms of this library are built from:
 
 * `delta`       x_t - y_K (the FedAvg pseudo-gradient);
-* `grad_sum`    sum_k theta_k g_k of the RAW minibatch gradients, for a step
-                weight vector Theta (LocalUpdate, paper 002), if asked for;
+* `transform_state`  the final state of the step transforms (e.g.
+                LocalUpdate's Theta-weighted sum of the raw gradients);
 * `num_examples`, `num_steps` counts, and the model's metric state;
 * `first_pass_examples` / `first_pass_complete`: the examples of the loop's
   first pass over the dataset, and whether that pass was whole; from them
   `examples_per_pass` gives the client's n_i (FedAvg's weight) without a
   second pass when it can, and counts it otherwise.
 
-Algorithms change the local objective through `correction_fn(weights, grads)`
-(e.g. a proximal or control-variate term) instead of copying this loop.
+Algorithms change the local step through `StepTransform`s composed with
+`chain` (like optax's): a `correction` of the gradient (a proximal or
+control-variate term, clipping, weight decay) or a transform that only
+watches the raw gradients (LocalUpdate's Theta-weighted sum), instead of
+copying this loop.
 Everything here runs inside a `tf.function`; it is plain TensorFlow that tests
 can call without TFF.
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
-from typing import Any, Callable, Optional
+from typing import Any, Callable, NamedTuple, Optional
 
 import tensorflow as tf
 import tensorflow_federated as tff
@@ -84,13 +88,53 @@ def regularized(correction: Optional[Callable[[Any], CorrectionFn]],
   return with_regularization
 
 
+class StepTransform(NamedTuple):
+  """A transform of each local step's gradient, with a state of its own.
+
+  init(trainable_variables) -> state;
+  update(grads, weights, state, step) -> (grads, state), `step` the 0-based
+  step index (int32). Compose with `chain`.
+  """
+  init: Callable[[Any], Any]
+  update: Callable[[Any, Any, Any, tf.Tensor], tuple[Any, Any]]
+
+
+def correction(correction_fn: CorrectionFn) -> StepTransform:
+  """A stateless transform: grads <- correction_fn(weights, grads)."""
+  def update(grads, weights, state, step):
+    del step
+    return tuple(correction_fn(weights, grads)), state
+  return StepTransform(lambda trainable: (), update)
+
+
+def chain(*transforms: Optional[StepTransform]) -> Optional[StepTransform]:
+  """The transforms applied in order, each to the previous one's gradient
+  (None entries skipped; None when none is left)."""
+  transforms = tuple(t for t in transforms if t is not None)
+  if not transforms:
+    return None
+  if len(transforms) == 1:
+    return transforms[0]
+
+  def init(trainable):
+    return tuple(t.init(trainable) for t in transforms)
+
+  def update(grads, weights, states, step):
+    new_states = []
+    for transform, state in zip(transforms, states):
+      grads, state = transform.update(grads, weights, state, step)
+      new_states.append(state)
+    return grads, tuple(new_states)
+  return StepTransform(init, update)
+
+
 @dataclasses.dataclass
 class LocalOutcome:
   delta: Any            # structure of trainable weights: x_t - y_K
-  grad_sum: Any         # structure of trainable weights, or None
   num_examples: tf.Tensor  # int64
   num_steps: tf.Tensor     # int32
-  finite: tf.Tensor        # bool: delta (and grad_sum) free of NaN/Inf
+  # The step transform's final state (() without a transform).
+  transform_state: Any = ()
   # The client optimiser's state after the loop (MFL uploads its statistics).
   optimizer_state: Any = None
   # Examples in the loop's first pass over the dataset, and whether that pass
@@ -186,7 +230,7 @@ def run_local_training(
     num_epochs,
     *,
     correction_fn: Optional[CorrectionFn] = None,
-    step_weights: Optional[tf.Tensor] = None,
+    transform: Optional[StepTransform] = None,
     optimizer_state: Optional[Any] = None,
 ) -> LocalOutcome:
   """Runs the local loop on `model` (a VariableModel, reused across calls).
@@ -201,11 +245,11 @@ def run_local_training(
     dataset: the client's batched dataset (one epoch).
     num_steps: int scalar; -1 for "all batches of `num_epochs` epochs".
     num_epochs: int scalar; -1 for "repeat forever" (with `num_steps` > 0).
-    correction_fn: optional `(trainable_weights, grads) -> grads`, added to the
-      local objective's gradient (the raw gradient is still what
-      `step_weights` accumulates).
-    step_weights: optional float vector Theta; theta_k weights the k-th raw
-      gradient in `grad_sum` (steps past its length get weight 0).
+    correction_fn: optional `(trainable_weights, grads) -> grads`, applied
+      after `transform` (shorthand for `chain(transform, correction(correction_fn))`,
+      whose state is the pair of their states).
+    transform: optional `StepTransform` of each step's raw gradient; its final
+      state is the outcome's `transform_state`.
     optimizer_state: optional state to start the optimiser from (e.g. global
       statistics downloaded from the server) instead of `optimizer.initialize`.
   """
@@ -216,8 +260,7 @@ def run_local_training(
                else optimizer_state)
   if optimizer_hparams is not None:
     opt_state = optimizer.set_hparams(opt_state, optimizer_hparams)
-  grad_sum = (tuple(tf.zeros_like(v) for v in trainable)
-              if step_weights is not None else ())
+  transform = chain(transform, None if correction_fn is None else correction(correction_fn))
   # Batches in one pass (< 0: unknown or infinite); the first pass's examples
   # are summed on the way (see `examples_per_pass`).
   pass_batches = dataset.cardinality()
@@ -225,28 +268,25 @@ def run_local_training(
   # One fused loop (`fold`: a while loop over an iterator). An autograph `for`
   # over the dataset measured ~1.4x slower, `Dataset.reduce` ~1.6x (per call).
   def step(carry, batch):
-    opt_state, grad_sum, num_examples, first_pass, steps = carry
+    opt_state, transform_state, num_examples, first_pass, steps = carry
     with tf.GradientTape() as tape:
       output = model.forward_pass(batch, training=True)
     grads = tuple(tape.gradient(output.loss, trainable))
-    if step_weights is not None:
-      index = tf.minimum(steps, tf.size(step_weights) - 1)
-      theta = tf.where(steps < tf.size(step_weights),
-                       tf.gather(step_weights, index), 0.0)
-      grad_sum = tuple(s + theta * g for s, g in zip(grad_sum, grads))
-    if correction_fn is not None:
-      grads = tuple(correction_fn(tuple(trainable), grads))
+    if transform is not None:
+      grads, transform_state = transform.update(grads, tuple(trainable),
+                                                transform_state, steps)
     opt_state, new_weights = optimizer.next(opt_state, tuple(trainable), grads)
     for v, w in zip(trainable, new_weights):
       v.assign(w)
     n = batch_examples(output)
     first_pass += tf.where(tf.cast(steps, tf.int64) < pass_batches, n, 0)
-    return opt_state, grad_sum, num_examples + n, first_pass, steps + 1
+    return opt_state, transform_state, num_examples + n, first_pass, steps + 1
 
   zero = tf.constant(0, tf.int64)
-  opt_state, grad_sum, num_examples, first_pass, steps = fold(
+  transform_state = () if transform is None else transform.init(trainable)
+  opt_state, transform_state, num_examples, first_pass, steps = fold(
       client_dataset(dataset, num_steps, num_epochs),
-      (opt_state, grad_sum, zero, zero, tf.constant(0, tf.int32)),
+      (opt_state, transform_state, zero, zero, tf.constant(0, tf.int32)),
       step)
   first_pass_complete = tf.logical_and(
       pass_batches >= 0, tf.cast(steps, tf.int64) >= pass_batches)
@@ -254,16 +294,21 @@ def run_local_training(
   delta = tf.nest.map_structure(tf.subtract, initial_weights.trainable,
                                 tf.nest.pack_sequence_as(
                                     initial_weights.trainable, list(trainable)))
-  if step_weights is not None:
-    grad_sum = tf.nest.pack_sequence_as(initial_weights.trainable, list(grad_sum))
-    finite = tf.logical_and(all_finite(delta), all_finite(grad_sum))
-  else:
-    grad_sum = None
-    finite = all_finite(delta)
-  return LocalOutcome(delta=delta, grad_sum=grad_sum, num_examples=num_examples,
-                      num_steps=steps, finite=finite, optimizer_state=opt_state,
+  return LocalOutcome(delta=delta, num_examples=num_examples, num_steps=steps,
+                      transform_state=transform_state, optimizer_state=opt_state,
                       first_pass_examples=first_pass,
                       first_pass_complete=first_pass_complete)
+
+
+def run_scheduled(model: tff.learning.models.VariableModel,
+                  optimizer: tff.learning.optimizers.Optimizer, hparams: Any,
+                  initial_weights: Any, dataset: tf.data.Dataset, **options) -> LocalOutcome:
+  """`run_local_training` under a round's broadcast hyperparameters (a
+  `ClientSchedule`'s: the optimiser's learning rate set to `learning_rate`,
+  then `num_steps` steps or `num_epochs` passes)."""
+  return run_local_training(
+      model, optimizer, collections.OrderedDict(learning_rate=hparams['learning_rate']),
+      initial_weights, dataset, hparams['num_steps'], hparams['num_epochs'], **options)
 
 
 def mean_loss(model: tff.learning.models.VariableModel, weights: Any,

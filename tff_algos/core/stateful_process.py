@@ -44,15 +44,11 @@ import tensorflow_federated as tff
 
 from tff_algos.core import accounting
 from tff_algos.core import client_work as client_work_lib
-from tff_algos.core import local_training
+from tff_algos.core import rounds
 
-
-class ClientStep(NamedTuple):
-  """What a client's update function returns."""
-  upload: Any          # structure sent to the server (summed over clients)
-  new_state: Any       # the client's state after the round (stays on the client)
-  outcome: local_training.LocalOutcome
-  device_model: Any = None  # the device's model after the round (trainable list)
+# What a client's update function returns: the upload (summed over clients),
+# the client's new state, the loop's outcome and the device's model.
+ClientStep = rounds.ClientStep
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,6 +76,12 @@ class StatefulFns:
   initial_client_state: Callable[[Any], Any]
   report_weights: Optional[Callable[[Any, Any], Any]] = None
   set_weights: Optional[Callable[[Any, Any], Any]] = None
+
+
+def with_trainable(weights, trainable) -> tff.learning.models.ModelWeights:
+  """`weights` (a ModelWeights) with new trainable weights (for server updates)."""
+  return tff.learning.models.ModelWeights(trainable=trainable,
+                                          non_trainable=list(weights.non_trainable))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -139,6 +141,42 @@ class StatefulLearningProcess:
     return StatefulOutput(state, metrics, list(new_states))
 
 
+def _client_round(fns: StatefulFns):
+  """(model, message, dataset, client_state) -> upload, stats, metrics and
+  new state, a diverged client dropped (it keeps its state)."""
+  def train(model, message, dataset, client_state):
+    step = fns.client_update(model, message['server'], message['hparams'], dataset,
+                             client_state, message['hparams']['mean_examples'])
+    kept = rounds.drop_if_non_finite(model, step, old_state=client_state,
+                                     count_finite=True)
+    return collections.OrderedDict(
+        upload=kept.upload, stats=kept.stats,
+        metrics=model.report_local_unfinalized_metrics(), new_state=kept.new_state)
+  return train
+
+
+def _model_accessors(fns: StatefulFns, state_type, weights_type):
+  """The server model, the reported model and `set_model_weights`."""
+  @tff.tensorflow.computation(state_type)
+  def server_model(state):
+    return state['model']
+
+  @tff.tensorflow.computation(state_type)
+  def get_model_weights(state):
+    if fns.report_weights is None:
+      return state['model']
+    return fns.report_weights(state['model'], state['algorithm'])
+
+  @tff.tensorflow.computation(state_type, weights_type)
+  def set_model_weights(state, weights):
+    algorithm = (state['algorithm'] if fns.set_weights is None
+                 else fns.set_weights(weights, state['algorithm']))
+    return collections.OrderedDict(model=weights, algorithm=algorithm,
+                                   schedule=state['schedule'],
+                                   population=state['population'])
+  return server_model, get_model_weights, set_model_weights
+
+
 def build_stateful_process(
     model_fn: Callable[[], tff.learning.models.VariableModel],
     schedule: client_work_lib.ClientSchedule,
@@ -147,12 +185,8 @@ def build_stateful_process(
     needs_mean_examples: bool = False,
 ) -> tuple[StatefulLearningProcess, accounting.ClientTraffic]:
   """The TFF computations of a stateful-client algorithm, and its traffic."""
-  with tf.Graph().as_default():
-    whimsy = model_fn()
-    metrics_aggregation_fn = tff.learning.metrics.sum_then_finalize(
-        whimsy.metric_finalizers())
-  weights_type = tff.learning.models.weights_type_from_model(whimsy)
-  data_type = tff.SequenceType(tff.types.tensorflow_to_type(whimsy.input_spec))
+  types = rounds.model_types(model_fn)
+  weights_type, data_type = types.weights, types.data
 
   @tff.tensorflow.computation
   def initial_weights_fn():
@@ -184,34 +218,11 @@ def build_stateful_process(
 
   client_state_type = initial_client_state_fn.type_signature.result
 
+  train = _client_round(fns)
+
   @tff.tensorflow.computation(message_type, data_type, client_state_type)
   def client_update(message, dataset, client_state):
-    model = model_fn()
-
-    @tf.function
-    def train(message, dataset, client_state):
-      step = fns.client_update(model, message['server'], message['hparams'],
-                               dataset, client_state,
-                               message['hparams']['mean_examples'])
-      finite = tf.logical_and(
-          step.outcome.finite,
-          tf.logical_and(local_training.all_finite(step.upload),
-                         local_training.all_finite(step.new_state)))
-      if finite:
-        upload, new_state = step.upload, step.new_state
-      else:  # a diverged client contributes nothing and keeps its state
-        upload = tf.nest.map_structure(tf.zeros_like, step.upload)
-        new_state = client_state
-        model.reset_metrics()
-      stats = collections.OrderedDict(
-          num_steps=step.outcome.num_steps,
-          finite=tf.cast(finite, tf.float32),
-          non_finite=tf.cast(tf.logical_not(finite), tf.int32))
-      return (upload, stats, model.report_local_unfinalized_metrics(), new_state)
-
-    upload, stats, metrics, new_state = train(message, dataset, client_state)
-    return collections.OrderedDict(upload=upload, stats=stats, metrics=metrics,
-                                   new_state=new_state)
+    return rounds.run_client(model_fn, train, message, dataset, client_state)
 
   result_type = client_update.type_signature.result
   upload_type = result_type['upload']
@@ -243,33 +254,15 @@ def build_stateful_process(
     num_finite = tff.federated_sum(out.stats.finite)
     new_state = tff.federated_map(
         server_update, (state, tff.federated_sum(out.upload), num_finite))
-    measurements = collections.OrderedDict(
-        train=metrics_aggregation_fn(out.metrics),
-        client_steps=tff.federated_sum(out.stats.num_steps),
-        non_finite_clients=tff.federated_sum(out.stats.non_finite),
-        client_learning_rate=tff.federated_map(client_learning_rate, state))
+    measurements = rounds.measurements(
+        types.aggregate_metrics, out.metrics, out.stats,
+        tff.federated_map(client_learning_rate, state))
     metrics = tff.federated_zip(collections.OrderedDict(
         client_work=tff.federated_zip(measurements)))
     return new_state, metrics, out.new_state
 
-  @tff.tensorflow.computation(state_type)
-  def server_model(state):
-    return state['model']
-
-  @tff.tensorflow.computation(state_type)
-  def get_model_weights(state):
-    if fns.report_weights is None:
-      return state['model']
-    return fns.report_weights(state['model'], state['algorithm'])
-
-  @tff.tensorflow.computation(state_type, weights_type)
-  def set_model_weights(state, weights):
-    algorithm = (state['algorithm'] if fns.set_weights is None
-                 else fns.set_weights(weights, state['algorithm']))
-    return collections.OrderedDict(model=weights, algorithm=algorithm,
-                                   schedule=state['schedule'],
-                                   population=state['population'])
-
+  server_model, get_model_weights, set_model_weights = _model_accessors(
+      fns, state_type, weights_type)
   process = StatefulLearningProcess(
       initialize_fn, next_fn, get_model_weights, set_model_weights,
       initial_client_state_fn, client_state_type, needs_mean_examples, server_model)

@@ -140,16 +140,18 @@ def multi_round(process, rounds: int, num_runs: int, num_lanes: int):
   return run
 
 
-def run_lanes(names, rounds: int, seeds: int, progress: bool = False) -> np.ndarray:
-  """The runs `names` (lanes) x `seeds` (runs) over `rounds` rounds, with the
-  flags' population, cohort size and learning rates; returns the global model
-  after every round, [rounds, lanes, seeds]."""
+def run_lanes(names, rounds: int, seeds: int, *, num_clients: int, clients_per_round: int,
+              seed: int, gamma: float, eta: float, rounds_per_call: int = 10,
+              progress: bool = False) -> np.ndarray:
+  """The runs `names` (lanes) x `seeds` (runs) for `rounds` rounds, clients
+  drawn as the trainer draws them (`training.sample_clients`) from the
+  population of `quadratic.population`; returns the global model after every
+  round, [rounds, lanes, seeds]."""
   from tasks import quadratic
   from tff_algos import training
-  z = quadratic.population(seeds, FLAGS.num_clients, FLAGS.seed)
-  ids = list(range(FLAGS.num_clients))
-  process = build_lanes(names, FLAGS.client_learning_rate, FLAGS.server_learning_rate,
-                        seeds).process
+  z = quadratic.population(seeds, num_clients, seed)
+  ids = list(range(num_clients))
+  process = build_lanes(names, gamma, eta, seeds).process
   state = process.initialize()  # x_1 = 0.4 in every coordinate: no randomness
   xs = np.empty((rounds, len(names), seeds), np.float32)
   computations = {}
@@ -157,11 +159,11 @@ def run_lanes(names, rounds: int, seeds: int, progress: bool = False) -> np.ndar
   if progress:
     from tqdm import tqdm
     bar = tqdm(total=rounds, unit='round', desc='all runs', dynamic_ncols=True)
-  for start in range(0, rounds, FLAGS.rounds_per_call):
-    n = min(FLAGS.rounds_per_call, rounds - start)
+  for start in range(0, rounds, rounds_per_call):
+    n = min(rounds_per_call, rounds - start)
     if n not in computations:
       computations[n] = multi_round(process, n, seeds, len(names))
-    data = [(list(z[training.sample_clients(ids, FLAGS.clients_per_round, FLAGS.seed, t)]),
+    data = [(list(z[training.sample_clients(ids, clients_per_round, seed, t)]),
              lane_steps(names, t).astype(np.int32)) for t in range(start, start + n)]
     state, out = computations[n](state, data)
     xs[start:start + n] = np.stack([np.asarray(x) for x in out])
@@ -186,7 +188,10 @@ def main(argv):
   x_star = quadratic.true_minimiser()
   surrogate = {k: quadratic.surrogate_minimiser(gamma, k) for k in (3, 10, 33)}
   with runtime_flags.managed_context():
-    xs = run_lanes(FLAGS.runs, FLAGS.rounds, FLAGS.seeds, FLAGS.progress)
+    xs = run_lanes(FLAGS.runs, FLAGS.rounds, FLAGS.seeds, num_clients=FLAGS.num_clients,
+                   clients_per_round=FLAGS.clients_per_round, seed=FLAGS.seed,
+                   gamma=gamma, eta=FLAGS.server_learning_rate,
+                   rounds_per_call=FLAGS.rounds_per_call, progress=FLAGS.progress)
   curves = {name: np.array([float(x.mean()) for x in xs[:, lane]])
             for lane, name in enumerate(FLAGS.runs)}
   final_x = {name: float(c[-FLAGS.average_last:].mean()) for name, c in curves.items()}

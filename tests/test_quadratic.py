@@ -99,3 +99,56 @@ def test_paper_decay_rate_settles_at_x_star():
   task = quadratic.build_quadratic(num_runs=10, num_clients=10_000, seed=0)
   decay = _settle(task, _fedavg(task, 10, 1.0, d_k=0.995), rounds=800, tail=250)
   assert decay == pytest.approx(quadratic.true_minimiser(), abs=0.005)
+
+
+def _numpy_lanes(names, z, cohorts, rounds, gamma, eta):
+  """FedAvg on the toy in float64 NumPy: x [lanes, runs] after every round."""
+  from experiments import quadratic_toy
+  spec = [quadratic_toy.RUNS[n] for n in names]
+  x = np.full((len(names), z.shape[1]), quadratic.X_INIT)
+  xs = []
+  for t in range(rounds):
+    steps = quadratic_toy.lane_steps(names, t)
+    lrs = [gamma * s.get('client_lr_decay', 1.0) ** t for s in spec]
+    deltas = []
+    for c in cohorts[t]:
+      y = x.copy()
+      for lane in range(len(names)):
+        for _ in range(steps[lane]):
+          y[lane] -= lrs[lane] * (z[c] * y[lane] - 1.0)
+      deltas.append(x - y)
+    x = x - eta * np.mean(deltas, axis=0)
+    xs.append(x)
+  return np.array(xs)
+
+
+def test_stacked_schedules_equal_separate_runs_and_closed_form():
+  """The toy binary's one computation (7 schedules x 2 seeds as lanes, 3 rounds
+  per call) gives, in every lane and round, the model of that schedule's own
+  FedAvg run (the library's `build_fedopt` on the per-seed vectorised toy,
+  through its `LearningProcess.next`), and NumPy's FedAvg."""
+  from experiments import quadratic_toy
+  names = list(quadratic_toy.RUNS)
+  rounds, seeds, m, num_clients, seed, eta = 4, 2, 3, 60, 5, 0.5
+  xs = quadratic_toy.run_lanes(names, rounds, seeds, num_clients=num_clients,
+                               clients_per_round=m, seed=seed, gamma=0.1, eta=eta,
+                               rounds_per_call=3)
+  assert xs.shape == (rounds, len(names), seeds)
+  task = quadratic.build_quadratic(num_runs=seeds, num_clients=num_clients, seed=seed)
+  cohorts = [training.sample_clients(task.client_ids, m, seed, t) for t in range(rounds)]
+  for lane, name in enumerate(names):
+    config = fedopt.FedOptConfig(
+        client_optimizer=optimizers.OptimizerSpec('sgd', 0.1),
+        server_optimizer=optimizers.OptimizerSpec('sgd', eta), uniform_weighting=True,
+        **quadratic_toy.RUNS[name])
+    process = fedopt.build_fedopt(task.model_fn, config).process
+    state = process.initialize()
+    for t in range(rounds):
+      state = process.next(state, [task.client_dataset(c) for c in cohorts[t]]).state
+      np.testing.assert_allclose(xs[t, lane], state.global_model_weights.trainable[0],
+                                 rtol=0, atol=1e-6, err_msg=f'{name}, round {t + 1}')
+  z = quadratic.population(seeds, num_clients, seed).astype(np.float64)
+  index = [[int(c.split('_')[-1]) for c in cohort] for cohort in cohorts]
+  expected = _numpy_lanes(names, z, index, rounds, 0.1, eta)
+  np.testing.assert_allclose(xs, expected, rtol=0, atol=2e-6)
+  assert np.abs(xs[-1] - quadratic.X_INIT).min() > 1e-3  # every lane moved

@@ -116,12 +116,13 @@ def _fns(config: ScaffoldConfig) -> stateful_process.StatefulFns:
 
   def client_update(model, message, hparams, dataset, c_i, mean_examples):
     c_i, c = list(c_i), list(message['c'])
-    w_i, cv_learning_rate = 1.0, hparams['learning_rate']
+    # w_i = 1 unless reference_conventions (then no model-sized scaling at all).
+    w_i, cv_learning_rate, c_scaled = None, hparams['learning_rate'], c
     if config.reference_conventions:
       w_i = tf.cast(local_training.count_examples(dataset), tf.float32) / tf.cast(
           mean_examples, tf.float32)
       cv_learning_rate = config.client_learning_rate
-    c_scaled = [cc / w_i for cc in c]
+      c_scaled = [cc / w_i for cc in c]
 
     def correction(weights, grads):
       return corrected_gradient(config, grads, weights, c_i, c_scaled)
@@ -130,8 +131,9 @@ def _fns(config: ScaffoldConfig) -> stateful_process.StatefulFns:
                                            correction_fn=correction)
     delta = list(outcome.delta)                    # x - y_K
     new_c_i = control_variate_update(c_i, c, delta, outcome.num_steps, cv_learning_rate)
+    dc = [n - o for n, o in zip(new_c_i, c_i)]
     upload = collections.OrderedDict(
-        dy=[-d for d in delta], dc=[w_i * (n - o) for n, o in zip(new_c_i, c_i)])
+        dy=[-d for d in delta], dc=dc if w_i is None else [w_i * d for d in dc])
     return stateful_process.ClientStep(
         upload=upload, new_state=new_c_i, outcome=outcome,
         device_model=[x - d for x, d in zip(message['model'].trainable, delta)])

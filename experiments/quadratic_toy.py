@@ -1,8 +1,11 @@
 """Paper 000 §3 / Figure 1: FedAvg on the 1-D quadratic toy, through TFF.
 
 Runs, all with M = 10 clients per round, B = 1, gamma_0 = 0.1, x_1 = 0.4,
-server SGD with eta (paper: 0.001), averaged over --seeds repetitions (the
-seeds are the coordinates of one vectorised model, see tasks/quadratic.py):
+server SGD with eta (paper: 0.001), averaged over --seeds repetitions. All runs
+and seeds are the lanes and coordinates of ONE stacked model
+(`quadratic.LaneQuadraticModel`) in one FedAvg: gamma_t per run from the round
+number, K_t per run carried by the clients' batches, --rounds_per_call rounds
+per TFF call; each lane follows its run's separate FedAvg exactly:
 
   const_k3 / const_k10 / const_k33   constant K, constant gamma      (Fig. 1a)
   decay_gamma                        K = 10, gamma_t = 0.1 * 0.995^t   (Fig. 1a)
@@ -11,7 +14,8 @@ seeds are the coordinates of one vectorised model, see tasks/quadratic.py):
 
 Prints a table (final x, distance to x* and to the constant-K surrogate
 x*(gamma, K), total client steps) and, as its LAST line, one JSON object with
-keys x_star, surrogate_minimiser, final_x, client_steps. Writes figure1.png.
+keys x_star, surrogate_minimiser, final_x, client_steps. Writes figure1.png and
+curves.csv (the mean model over seeds after every round, per run).
 """
 
 from __future__ import annotations
@@ -104,10 +108,10 @@ def build_lanes(names, gamma: float, eta: float, num_runs: int):
   from tasks import quadratic
   from tff_algos import fedopt
   from tff_algos.core import client_work, optimizers, schedules
+  import tensorflow_federated as tff
   rates = LaneLearningRates(tuple(schedules.ExponentialDecay(
       gamma, RUNS[n].get('client_lr_decay', 1.0)) for n in names))
   schedule = client_work.ClientSchedule(learning_rate=rates, local_steps=None, epochs=1)
-  import tensorflow_federated as tff
   work = client_work.build_client_work(
       lambda: quadratic.LaneQuadraticModel(len(names), num_runs),
       optimizers.OptimizerSpec('sgd', gamma).build(), schedule,

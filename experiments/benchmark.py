@@ -59,6 +59,11 @@ flags.DEFINE_list('models', [],
                   '(a)): emnist_cnn, cifar100_resnet18. Run it once with the GPU and '
                   'once with CUDA_VISIBLE_DEVICES= for GPU vs CPU.')
 flags.DEFINE_bool('models_only', False, 'Measure only (g), skipping (a)-(f).')
+flags.DEFINE_bool('trainer_loop', True,
+                  '(h) time the trainer binary end to end: trainer_ms_per_round (the '
+                  'marginal cost of a round of the quadratic toy, from two run lengths), '
+                  'startup_s, and grid_runs_per_minute (a 12-configuration grid).')
+flags.DEFINE_bool('trainer_loop_only', False, 'Measure only (h).')
 FLAGS = flags.FLAGS
 
 CLIENTS, STEPS, BATCH = 10, 10, 20
@@ -184,15 +189,11 @@ class _Rounds:
     return float(np.median([self.time() for _ in range(rounds)]))
 
 
-def _measure_a_to_f(result: dict, ctx, rounds: int, phase_done) -> None:
+def _measure_round_costs(result: dict, ctx, rounds: int, phase_done) -> None:
   """(a)-(f) into `result`, on the backend of the installed context `ctx`."""
-  import psutil
-  import tensorflow as tf
   import tensorflow_federated as tff
-  from tasks import quadratic
-  from tff_algos import fedopt, registry
-  from tff_algos.hparams import HParams
-  from tff_algos.core import optimizers, stateful_process
+  from tff_algos import fedopt
+  from tff_algos.core import optimizers
   task = _synthetic_task('emnist_cnn', 40, FLAGS.seed)
   data = {m: [task.client_dataset(c) for c in task.client_ids[:m]] for m in (10, 20, 40)}
   sgd = optimizers.OptimizerSpec('sgd', 0.1)
@@ -229,8 +230,24 @@ def _measure_a_to_f(result: dict, ctx, rounds: int, phase_done) -> None:
   result['pure_tf_per_client_vs_floor'] = float(np.nanmedian(times[:, 3] / times[:, 0]))
   result['overhead_vs_pure_tf_per_client'] = float(np.nanmedian(times[:, 1] / times[:, 3]))
   phase_done('floor_fedavg_builtin')
+  _per_algorithm(result, task, data[10], fedavg, rounds)
+  phase_done('per_algorithm')
+  # (d) linear cost in the cohort size (10 clients: FedAvg of (a)).
+  result['scaling'] = {'10': result['seconds_per_round']['ours_fedavg']}
+  for m in (20, 40):
+    result['scaling'][str(m)] = _Rounds(fedavg.process, data[m]).median(
+        1 if FLAGS.quick else rounds, warmup=1 if FLAGS.quick else 2)
+  phase_done('scaling')
+  _peak_memory(result, ctx)
+  result['fixed_ms_per_round'] = _fixed_ms_per_round(sgd, rounds)
+  phase_done('fixed_cost')
 
-  # (c) every algorithm of the registry on the same clients, over our FedAvg.
+
+def _per_algorithm(result: dict, task, data: list, fedavg, rounds: int) -> None:
+  """(c) every algorithm of the registry on the same clients, over our FedAvg."""
+  from tff_algos import registry
+  from tff_algos.hparams import HParams
+  from tff_algos.core import stateful_process
   result['per_algorithm'] = {'fedavg': 1.0}
   result['per_algorithm_not_run'] = {}
   candidates = (  # K=10 SGD steps; else one epoch (fedrr, nastya); else Adam (mime, mfl)
@@ -253,10 +270,10 @@ def _measure_a_to_f(result: dict, ctx, rounds: int, phase_done) -> None:
       if getattr(alg, 'stateful_clients', False):
         state = alg.process.initialize(stateful_process.population_of(
             task, alg.process.needs_mean_examples))
-        other = _Rounds(alg.process, data[10],
+        other = _Rounds(alg.process, data,
                         [alg.process.initial_client_state(state)] * CLIENTS).start(state)
       else:
-        other = _Rounds(alg.process, data[10])
+        other = _Rounds(alg.process, data)
       other.time(1 if FLAGS.quick else 2)  # warm-up
       # Each of its rounds next to one of FedAvg's (see above).
       ratios = [other.time() / fedavg.time() for _ in range(1 if FLAGS.quick else rounds)]
@@ -264,16 +281,12 @@ def _measure_a_to_f(result: dict, ctx, rounds: int, phase_done) -> None:
       result['per_algorithm_not_run'][name] = f'{type(e).__name__}: {e}'[:200]
       continue
     result['per_algorithm'][name] = float(np.median(ratios))
-  phase_done('per_algorithm')
 
-  # (d) linear cost in the cohort size (10 clients: FedAvg of (a)).
-  result['scaling'] = {'10': ours_s}
-  for m in (20, 40):
-    result['scaling'][str(m)] = _Rounds(fedavg.process, data[m]).median(
-        1 if FLAGS.quick else rounds, warmup=1 if FLAGS.quick else 2)
-  phase_done('scaling')
 
-  # (e) peak memory.
+def _peak_memory(result: dict, ctx) -> None:
+  """(e) peak memory of this process, the workers and the GPUs."""
+  import psutil
+  import tensorflow as tf
   result['peak_memory_mb'] = dict(
       python=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
   for i, pid in enumerate(ctx.pids):
@@ -282,14 +295,56 @@ def _measure_a_to_f(result: dict, ctx, rounds: int, phase_done) -> None:
     result['peak_memory_mb'][gpu.name] = tf.config.experimental.get_memory_info(
         gpu.name)['peak'] / 2**20
 
-  # (f) the fixed cost of a round: nothing to compute.
+
+def _fixed_ms_per_round(sgd, rounds: int) -> float:
+  """(f) the fixed cost of a round in milliseconds: nothing to compute."""
+  from tasks import quadratic
+  from tff_algos import fedopt
   toy = quadratic.build_quadratic(num_runs=1, num_clients=CLIENTS)
   toy_alg = fedopt.build_fedopt(toy.model_fn, fedopt.FedOptConfig(
       client_optimizer=sgd, local_steps=1, uniform_weighting=True))
   toy_data = [toy.client_dataset(c) for c in toy.client_ids]
-  result['fixed_ms_per_round'] = 1000 * _Rounds(toy_alg.process, toy_data).median(
-      max(rounds, 10) * 2)
-  phase_done('fixed_cost')
+  return 1000 * _Rounds(toy_alg.process, toy_data).median(max(rounds, 10) * 2)
+
+
+def _timed_run(module: str, args: list[str], out_root: str) -> float:
+  """Wall seconds of `python -m module args` (a fresh process, as a user runs it)."""
+  import subprocess
+  import sys
+  argv = [sys.executable, '-m', module, f'--root_output_dir={out_root}',
+          '--noprogress', *args]
+  started = time.perf_counter()
+  proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+  seconds = time.perf_counter() - started
+  if proc.returncode != 0:
+    raise RuntimeError(f'{" ".join(argv[1:])} failed: {proc.stderr.strip()[-300:]}')
+  return seconds
+
+
+def _trainer_loop_costs(quick: bool) -> dict:
+  """(h) the trainer end to end, as a user meets it: the marginal milliseconds of
+  a trainer round on the quadratic toy (10 clients, K = 1) from runs of two
+  lengths, the start-up that the extrapolation to 0 rounds leaves, and how many
+  runs of a 12-configuration grid of a small model finish per minute."""
+  import tempfile
+  short, long = (100, 400) if quick else (300, 1200)
+  toy = ['--task=quadratic', '--local_steps=1', '--clients_per_round=10',
+         f'--rounds_per_eval={short}']
+  with tempfile.TemporaryDirectory() as root:
+    t_short = _timed_run('experiments.train', toy + [f'--total_rounds={short}',
+                                                     '--experiment_name=short'], root)
+    t_long = _timed_run('experiments.train', toy + [f'--total_rounds={long}',
+                                                    '--experiment_name=long'], root)
+    grid = 'client_learning_rate=0.3,0.1,0.03;local_steps=1,2,5,10'
+    t_grid = _timed_run('experiments.grid', [
+        '--task=digits', '--model=logistic', '--total_rounds=5', '--rounds_per_eval=5',
+        '--clients_per_round=5', f'--grid={grid}'], root)
+  per_round = (t_long - t_short) / (long - short)
+  return dict(trainer_ms_per_round=1000 * per_round,
+              startup_s=t_short - short * per_round,
+              grid_runs_per_minute=12 * 60 / t_grid,
+              trainer_run_seconds={str(short): t_short, str(long): t_long},
+              grid_seconds=t_grid)
 
 
 def _print_a_to_f(result: dict) -> None:
@@ -341,8 +396,8 @@ def main(argv):
     result['backend'] += f' concurrent_clients={lanes}'
   result['devices'] = [d.name for d in tf.config.list_logical_devices()]
   with runtime_flags.managed_context() as ctx:
-    if not FLAGS.models_only:
-      _measure_a_to_f(result, ctx, rounds, phase_done)
+    if not (FLAGS.models_only or FLAGS.trainer_loop_only):
+      _measure_round_costs(result, ctx, rounds, phase_done)
     if FLAGS.models:
       result['models'] = {}
       for name in FLAGS.models:  # printed as measured: (g) can take minutes
@@ -352,11 +407,17 @@ def main(argv):
               f"{m['pure_tf_floor_seconds']:.3f} s; overhead {m['overhead_vs_pure_tf']:.2f}x",
               flush=True)
       phase_done('models')
+  if FLAGS.trainer_loop_only or (FLAGS.trainer_loop and not FLAGS.models_only):
+    result.update(_trainer_loop_costs(FLAGS.quick))
+    phase_done('trainer_loop')
   result['phase_seconds'] = phases
 
   print(f"backend {result['backend']} on {', '.join(result['devices'])}")
-  if not FLAGS.models_only:
+  if 'overhead_vs_pure_tf' in result:
     _print_a_to_f(result)
+  if 'trainer_ms_per_round' in result:
+    print(f"trainer {result['trainer_ms_per_round']:.1f} ms/round (marginal), start-up "
+          f"{result['startup_s']:.1f} s, grid {result['grid_runs_per_minute']:.1f} runs/min")
   print(json.dumps(result))
   return 0
 

@@ -12,7 +12,6 @@ curves.png there.
 
 from __future__ import annotations
 
-import os
 import sys
 
 from absl import app

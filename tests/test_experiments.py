@@ -87,3 +87,10 @@ def test_benchmark_prints_the_ratio_json():
   assert set(ratios) | set(js['per_algorithm_not_run']) == set(registry.ALGORITHMS)
   assert ratios['fedsgd'] < 0.6 * ratios['fedavg']
   assert ratios['mimelite'] > 1.2 * ratios['fedavg']
+  # (h) the trainer end to end: the longer run took longer, and the marginal
+  # round cost and start-up reproduce the measured run lengths.
+  runs = {int(n): t for n, t in js['trainer_run_seconds'].items()}
+  (short, t_short), (long, t_long) = sorted(runs.items())
+  assert t_long > t_short
+  assert js['startup_s'] + short * js['trainer_ms_per_round'] / 1000 == pytest.approx(t_short)
+  assert js['grid_runs_per_minute'] == pytest.approx(12 * 60 / js['grid_seconds'])

@@ -227,7 +227,7 @@ def experiment_name(args: Optional[TrainerArgs] = None) -> str:
 
 
 def run_config(output_dir, args: Optional[TrainerArgs] = None):
-  from tff_algos.training import RunConfig  # pylint: disable=g-import-not-at-top
+  from tff_algos.run_config import RunConfig  # pylint: disable=g-import-not-at-top
   a = args_of(args)
   return RunConfig(total_rounds=a.total_rounds, clients_per_round=a.clients_per_round,
                    seed=a.seed, rounds_per_eval=a.rounds_per_eval,

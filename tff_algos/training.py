@@ -31,6 +31,7 @@ import tensorflow_federated as tff
 from tasks.base import Task
 from tff_algos import run_dir
 from tff_algos import run_outputs
+from tff_algos.run_config import RunConfig  # pylint: disable=unused-import  (training.RunConfig)
 from tff_algos import runtime
 from tff_algos import sampling
 from tff_algos.core import accounting
@@ -49,51 +50,6 @@ draw_cohort = sampling.draw_cohort
 shuffle_seed = sampling.shuffle_seed
 augment_seed = sampling.augment_seed
 
-
-@dataclasses.dataclass(frozen=True)
-class RunConfig:
-  total_rounds: int
-  clients_per_round: int
-  seed: int = 0
-  rounds_per_eval: int = 10          # 0: evaluate only at the end
-  rounds_per_checkpoint: int = 10
-  output_dir: Optional[str] = None   # None: keep nothing on disk
-  progress: bool = True
-  # How a client's examples are ordered each round: 'rr' a fresh permutation
-  # every round (random reshuffling), 'so' one permutation per client for the
-  # whole run (shuffle-once), 'none' the dataset's own order.
-  shuffle: str = 'rr'
-  # Periodic evaluations use the first N test examples (fixed across rounds;
-  # the final evaluation always uses the whole test set). None: all.
-  max_eval_examples: Optional[int] = None
-  # Discard the outputs already in `output_dir` and start over at round 0.
-  restart: bool = False
-  # Stop (with a UserError) after this many consecutive rounds in which every
-  # client diverged and was dropped (the model cannot move). 0: never stop.
-  max_rounds_all_dropped: int = 10
-  # None: `clients_per_round` clients drawn uniformly each round. A float p:
-  # each client joins independently with probability p, the whole draw
-  # repeated while nobody joins (the participation of paper 003's code).
-  participation_prob: Optional[float] = None
-
-  def __post_init__(self):
-    if self.total_rounds < 1:
-      raise ValueError(f'total_rounds must be >= 1, got {self.total_rounds}')
-    if self.seed < 0:
-      raise ValueError(f'seed must be >= 0, got {self.seed}')
-    if self.clients_per_round < 1:
-      raise ValueError(f'clients_per_round must be >= 1, got {self.clients_per_round}')
-    if self.rounds_per_eval < 0 or self.rounds_per_checkpoint < 1:
-      raise ValueError('rounds_per_eval must be >= 0 and rounds_per_checkpoint >= 1')
-    if self.max_eval_examples is not None and self.max_eval_examples < 1:
-      raise ValueError('max_eval_examples must be >= 1')
-    if self.participation_prob is not None and not 0 < self.participation_prob <= 1:
-      raise ValueError(f'participation_prob must be in (0, 1], got {self.participation_prob}')
-    if self.shuffle not in ('rr', 'so', 'none'):
-      raise ValueError(f"shuffle must be 'rr', 'so' or 'none', got {self.shuffle!r}")
-    if self.max_rounds_all_dropped < 0:
-      raise ValueError(f'max_rounds_all_dropped must be >= 0 (0: never stop), got '
-                       f'{self.max_rounds_all_dropped}')
 
 
 class RunError(UserError, ValueError):

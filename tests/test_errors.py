@@ -92,6 +92,7 @@ def test_help_examples_keep_their_line_continuations():
     ('--algorithm=fedavg --local_steps_decay=0.9', 'local_steps_decay needs local_steps'),
     ('--algorithm=fedgbo --clip_norm=1', '--clip_norm is not used by fedgbo'),
     ('--total_rounds=-1', 'total_rounds must be >= 1'),
+    ('--concurrent_clients=0', '--concurrent_clients must be a positive integer'),
     ('--task=digits --model=nosuchmodel', "has no model 'nosuchmodel'"),
 ])
 def test_a_bad_flag_value_is_answered_before_tensorflow_loads(tmp_path, flag, fragment):

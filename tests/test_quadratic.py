@@ -103,7 +103,7 @@ def test_paper_decay_rate_settles_at_x_star():
 
 def _numpy_lanes(names, z, cohorts, rounds, gamma, eta):
   """FedAvg on the toy in float64 NumPy: x [lanes, runs] after every round."""
-  from experiments import quadratic_toy
+  from experiments import quadratic_lanes as quadratic_toy
   spec = [quadratic_toy.RUNS[n] for n in names]
   x = np.full((len(names), z.shape[1]), quadratic.X_INIT)
   xs = []
@@ -127,7 +127,7 @@ def test_stacked_schedules_equal_separate_runs_and_closed_form():
   per call) gives, in every lane and round, the model of that schedule's own
   FedAvg run (the library's `build_fedopt` on the per-seed vectorised toy,
   through its `LearningProcess.next`), and NumPy's FedAvg."""
-  from experiments import quadratic_toy
+  from experiments import quadratic_lanes as quadratic_toy
   names = list(quadratic_toy.RUNS)
   rounds, seeds, m, num_clients, seed, eta = 4, 2, 3, 60, 5, 0.5
   xs = quadratic_toy.run_lanes(names, rounds, seeds, num_clients=num_clients,

@@ -68,6 +68,8 @@ flags.DEFINE_integer('optimum_draws', None, 'Independent draws estimating the ex
 flags.DEFINE_float('participation_prob', 0.1, 'Probability that a device joins a round.')
 flags.DEFINE_string('output_dir', 'runs/table6', 'Where result.json and table.md go.')
 flags.DEFINE_bool('progress', False, 'Progress bars per run.')
+flags.DEFINE_integer('jobs', None, 'Searches run at once, each in its own process '
+                     '(default: one per CPU core; 1: all in this process).')
 FLAGS = flags.FLAGS
 
 
@@ -92,6 +94,9 @@ def settings_from_flags() -> dict:
     raise ValueError('--epochs and --scaffold_steps must be >= 1')
   if not 0 < FLAGS.participation_prob <= 1:
     raise ValueError('--participation_prob must be in (0, 1]')
+  out['jobs'] = os.cpu_count() or 1 if FLAGS.jobs is None else FLAGS.jobs
+  if out['jobs'] < 1:
+    raise ValueError('--jobs must be >= 1')
   runtime_flags.check()
   return out
 
@@ -128,47 +133,51 @@ def targets(settings: dict, weight_decay: float) -> dict:
   return out
 
 
-def run_grid(settings: dict, goals: dict, grid) -> tuple[dict, dict]:
-  """search[setting][method][seed] and timing[method] (wall and CPU seconds)."""
-  from experiments import table6_grid as grid_lib  # pylint: disable=g-import-not-at-top
-  from tasks import feddyn_data, stacked_logistic  # pylint: disable=g-import-not-at-top
-  from tasks.registry import TaskOptions  # pylint: disable=g-import-not-at-top
+# Longest first, so the last unit to finish is a short one.
+_UNIT_ORDER = ('fedavg', 'fedprox', 'scaffold', 'feddyn')
 
-  built, timing = {}, {}
-  for method in settings['methods']:
-    lanes = len(grid.lanes(method))
-    model_fn = lambda lanes=lanes: stacked_logistic.StackedLogisticModel(
-        lanes, grid_lib.DIM, grid_lib.CLASSES)
-    t0, c0 = time.perf_counter(), time.process_time()
-    built[method] = {shape: grid_lib.build(method, shape, grid, model_fn)
-                     for shape in grid.shapes(method)}
-    timing[method] = dict(build_s=time.perf_counter() - t0,
-                          build_cpu_s=time.process_time() - c0, lanes=lanes,
-                          run_s=0.0, run_cpu_s=0.0, rounds_run=0,
-                          models_per_round=grid_lib.models_per_round(
-                              next(iter(built[method].values()))))
+
+def units(settings: dict, goals: dict) -> list:
+  """Every search of the grid: per seed, per data group of settings that train
+  side by side (`table6_grid.data_groups`), per method."""
+  from experiments import table6_grid as grid_lib  # pylint: disable=g-import-not-at-top
+  out = []
+  for seed in range(settings['seeds']):
+    for group in grid_lib.data_groups(settings['settings'], seed):
+      targets = tuple((('paper', goals[s]['paper']), ('own_optimum', goals[s]['own_optimum'][seed]))
+                      for s in group)
+      out += [grid_lib.Unit(method, group, seed, targets, settings['rounds'],
+                            FLAGS.participation_prob) for method in settings['methods']]
+  rank = {m: (_UNIT_ORDER.index(m) if m in _UNIT_ORDER else len(_UNIT_ORDER))
+          for m in settings['methods']}
+  return sorted(out, key=lambda u: (-len(u.settings), rank[u.method]))
+
+
+def run_grid(settings: dict, goals: dict, grid) -> tuple[dict, dict]:
+  """search[setting][method][seed] and timing[method] (wall and CPU seconds).
+
+  Per seed, the settings with equal device sizes run side by side as data
+  lanes of one computation; a setting's result is the same as in a run of its
+  own (same batches, same cohorts) up to float rounding. Units run in --jobs
+  processes.
+  """
+  from experiments import table6_grid as grid_lib  # pylint: disable=g-import-not-at-top
   searches = {s: {m: {} for m in settings['methods']} for s in settings['settings']}
-  for setting in settings['settings']:
-    for seed in range(settings['seeds']):
-      task = feddyn_data.build_synthetic(TaskOptions(
-          batch_size=grid.batch_size, seed=seed, synthetic_heterogeneity=setting))
-      data = feddyn_data.generate_synthetic_logistic(heterogeneity=setting, seed=seed)
-      for method in settings['methods']:
-        search = grid_lib.Search(
-            targets=dict(paper=goals[setting]['paper'],
-                         own_optimum=goals[setting]['own_optimum'][seed]),
-            rounds=settings['rounds'])
-        t0, c0 = time.perf_counter(), time.process_time()
-        searches[setting][method][seed] = grid_lib.run_method(
-            method, built[method], task, data, search, grid, seed,
-            FLAGS.participation_prob, FLAGS.progress)
-        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-        timing[method].update(run_s=timing[method]['run_s'] + wall,
-                              run_cpu_s=timing[method]['run_cpu_s'] + cpu,
-                              rounds_run=timing[method]['rounds_run'] + search.rounds_run)
-        print(f'{method} {setting} seed {seed}: first round at target {search.best_round} '
-              f'({search.best_config}), {search.rounds_run} rounds in {wall:.1f} s wall, '
-              f'{cpu:.1f} s CPU', file=sys.stderr, flush=True)
+  timing = {m: dict(build_s=0.0, build_cpu_s=0.0, lanes=len(grid.lanes(m)), run_s=0.0,
+                    run_cpu_s=0.0, rounds_run=0) for m in settings['methods']}
+  for unit, (found, cost) in grid_lib.run_units(units(settings, goals), grid, settings['jobs'],
+                                                runtime_flags.values(), FLAGS.progress):
+    entry = timing[unit.method]
+    for key in ('build_s', 'build_cpu_s', 'run_s', 'run_cpu_s', 'rounds_run'):
+      entry[key] += cost[key]
+    entry['models_per_round'] = cost['models_per_round']
+    for setting, search in zip(unit.settings, found):
+      searches[setting][unit.method][unit.seed] = search
+      print(f'{unit.method} {setting} seed {unit.seed}: first round at target '
+            f'{search.best_round} ({search.best_config})', file=sys.stderr, flush=True)
+    print(f'{unit.method} {"+".join(unit.settings)} seed {unit.seed}: {cost["rounds_run"]} '
+          f'rounds in {cost["run_s"]:.1f} s wall, {cost["run_cpu_s"]:.1f} s CPU',
+          file=sys.stderr, flush=True)
   return searches, timing
 
 
@@ -228,6 +237,13 @@ def claims(table: dict, methods) -> dict:
   return out
 
 
+def _cpu_seconds() -> float:
+  """CPU seconds of this process and of its finished worker processes."""
+  import resource  # pylint: disable=g-import-not-at-top
+  children = resource.getrusage(resource.RUSAGE_CHILDREN)
+  return time.process_time() + children.ru_utime + children.ru_stime
+
+
 def main(argv):
   del argv
   try:
@@ -238,7 +254,7 @@ def main(argv):
   from experiments import table6_grid as grid_lib  # pylint: disable=g-import-not-at-top
   grid = grid_lib.Grid(epochs=settings['epochs'],
                        scaffold_steps=settings['scaffold_steps'])
-  t0, c0 = time.perf_counter(), time.process_time()
+  t0, c0 = time.perf_counter(), _cpu_seconds()
   goals = targets(settings, grid.weight_decay)
   optimum_s, optimum_cpu_s = time.perf_counter() - t0, time.process_time() - c0
   print(f'optima: {optimum_s:.1f} s wall, {optimum_cpu_s:.1f} s CPU', file=sys.stderr,
@@ -266,8 +282,9 @@ def main(argv):
       rounds=settings['rounds'], epochs=list(settings['epochs']),
       scaffold_steps=list(settings['scaffold_steps']),
       participation_prob=FLAGS.participation_prob, dropped_clients=dropped,
+      jobs=settings['jobs'],
       timing=dict(timing, optimum_s=optimum_s, optimum_cpu_s=optimum_cpu_s,
-                  total_s=time.perf_counter() - t0, total_cpu_s=time.process_time() - c0))
+                  total_s=time.perf_counter() - t0, total_cpu_s=_cpu_seconds() - c0))
   out_dir = os.path.join(FLAGS.output_dir, f'{FLAGS.scale}_seeds{settings["seeds"]}'
                          f'_rounds{settings["rounds"]}')
   os.makedirs(out_dir, exist_ok=True)

@@ -19,13 +19,16 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
+import time
 from typing import Optional, Sequence
 
 import numpy as np
 from scipy import optimize
+import tensorflow as tf
 
 from tasks import feddyn_data
 from tasks import stacked_logistic
+from tasks.registry import TaskOptions
 from tff_algos import fedopt, fedprox, feddyn, scaffold, training
 from tff_algos.core import optimizers
 from tff_algos.core.lanes import Lanes
@@ -59,9 +62,10 @@ class Grid:
             for lr, v in itertools.product(self.learning_rates, values)]
 
 
-def build(method: str, shape: int, grid: Grid, model_fn):
-  """The method's library algorithm, every hyperparameter of its lanes a `Lanes`."""
-  lanes = grid.lanes(method)
+def build(method: str, shape: int, grid: Grid, model_fn, data_groups: int = 1):
+  """The method's library algorithm, every hyperparameter of its lanes a `Lanes`
+  (the grid's configurations, once per data group: lane g * C + c)."""
+  lanes = grid.lanes(method) * data_groups
   lr = Lanes([c['lr'] for c in lanes])
   clip = None if grid.clip_norm is None else Lanes([grid.clip_norm] * len(lanes))
   reg = dict(weight_decay=grid.weight_decay, clip_norm=clip)
@@ -137,10 +141,14 @@ class Search:
   rounds_run: int = 0
 
   def horizon(self) -> int:
-    """Rounds the next shape must run to possibly beat the best so far."""
+    """Rounds the next shape must run to possibly beat the best so far (0: none)."""
     if len(self.best_round) < len(self.targets):
       return self.rounds
     return max(self.best_round.values()) - 1
+
+  def finished(self, done: int) -> bool:
+    """Every target reached by round `done`."""
+    return all(self.best_round.get(n, math.inf) <= done for n in self.targets)
 
   def record(self, done: int, losses: np.ndarray, configs: Sequence[dict], shape):
     for name, target in self.targets.items():
@@ -152,26 +160,34 @@ class Search:
         self.best_config[name] = dict(configs[hit[0]], shape=shape)
 
 
-def run_method(method: str, algorithms: dict, task, data, search: Search, grid: Grid,
-               seed: int, participation: float, progress: bool = False) -> Search:
-  """Searches every shape of `method` on one draw (`algorithms`: shape -> built)."""
-  x, y = centralised(data)
+def run_method(method: str, algorithms: dict, task, datas: Sequence, searches: Sequence,
+               grid: Grid, seed: int, participation: float, progress: bool = False) -> None:
+  """Searches every shape of `method` (`algorithms`: shape -> built) on the draws
+  `datas`, the data groups of `task` side by side: search g gets lanes
+  g * C .. g * C + C - 1 (dataset g, the C configurations). Stops once every
+  search has reached every target."""
+  data = [centralised(d) for d in datas]
   configs = grid.lanes(method)
-  num_lanes = len(configs)
-  stacked = stacked_logistic.stacked(task, num_lanes, DIM, CLASSES)
+  per_group = len(configs)
+  stacked = stacked_logistic.stacked(task, per_group * len(datas), DIM, CLASSES,
+                                     data_groups=len(datas))
   for shape in grid.shapes(method):
-    total = search.horizon()
+    total = max(search.horizon() for search in searches)
     if total < 1:
       break
     algorithm = algorithms[shape]
 
     def on_round(done, state, row, algorithm=algorithm, shape=shape):
-      kernel, bias = algorithm.process.get_model_weights(state).trainable
-      losses = stacked_logistic.cross_entropy(np.asarray(kernel), np.asarray(bias), x, y)
-      search.dropped_clients += _dropped(row, algorithm)
-      search.rounds_run += 1
-      search.record(done, losses, configs, shape)
-      if all(search.best_round.get(n, math.inf) <= done for n in search.targets):
+      kernel, bias = (np.asarray(v) for v in
+                      algorithm.process.get_model_weights(state).trainable)
+      dropped = _dropped(row, algorithm)
+      for g, (search, (x, y)) in enumerate(zip(searches, data)):
+        lanes = slice(g * per_group, (g + 1) * per_group)
+        search.dropped_clients += dropped
+        search.rounds_run += 1
+        search.record(done, stacked_logistic.cross_entropy(kernel[lanes], bias[lanes], x, y),
+                      configs, shape)
+      if all(search.finished(done) for search in searches):
         raise _Done
 
     try:
@@ -181,10 +197,116 @@ def run_method(method: str, algorithms: dict, task, data, search: Search, grid: 
                              rounds_per_eval=0, progress=progress,
                              participation_prob=participation),
           round_callback=on_round,
-          initial_weights=stacked_logistic.zero_weights(num_lanes, DIM, CLASSES))
+          initial_weights=stacked_logistic.zero_weights(per_group * len(datas), DIM, CLASSES))
     except _Done:
       pass
-  return search
+
+
+# ------------------------------------------------------------------ work units
+
+
+def data_groups(settings: Sequence[str], seed: int) -> list[tuple[str, ...]]:
+  """The settings of one draw seed in groups that train side by side as data
+  lanes of one run (`stacked_logistic`): those whose devices hold equally many
+  points (homogeneous, type 1 and type 2: 200 each; type 3's sizes vary)."""
+  groups: dict[tuple, list[str]] = {}
+  for setting in settings:
+    sizes = feddyn_data.generate_synthetic_logistic(heterogeneity=setting, seed=seed).sizes
+    groups.setdefault(tuple(int(n) for n in sizes), []).append(setting)
+  return [tuple(group) for group in groups.values()]
+
+
+def group_task(group: Sequence[str], seed: int, batch_size: int):
+  """The synthetic task of `group`'s settings at `seed`, each example holding
+  every setting's point side by side, and the draws themselves."""
+  task = feddyn_data.build_synthetic(TaskOptions(
+      batch_size=batch_size, seed=seed, synthetic_heterogeneity=group[0]))
+  datas = [feddyn_data.generate_synthetic_logistic(heterogeneity=s, seed=seed) for s in group]
+  if len(group) > 1:
+    task = dataclasses.replace(task, train_data=stacked_logistic.group_client_data(
+        [d.x for d in datas], [d.y for d in datas]))
+  return task, datas
+
+
+@dataclasses.dataclass(frozen=True)
+class Unit:
+  """One search: `method` on the draws of `settings` (a data group) at `seed`,
+  `targets[i]` the targets (name -> loss) of settings[i]."""
+  method: str
+  settings: tuple
+  seed: int
+  targets: tuple
+  rounds: int
+  participation: float
+
+
+_BUILT: dict = {}  # (method, data groups, grid) -> {shape: algorithm}, per process
+
+
+def _algorithms(method: str, groups: int, grid: Grid) -> tuple[dict, float, float]:
+  """The method's algorithms for `groups` data groups (built once per process),
+  and the wall and CPU seconds building them took here (0 if cached)."""
+  key = (method, groups, grid)
+  if key in _BUILT:
+    return _BUILT[key], 0.0, 0.0
+  lanes = len(grid.lanes(method)) * groups
+  model_fn = lambda: stacked_logistic.StackedLogisticModel(lanes, DIM, CLASSES, groups)
+  t0, c0 = time.perf_counter(), time.process_time()
+  _BUILT[key] = {shape: build(method, shape, grid, model_fn, groups)
+                 for shape in grid.shapes(method)}
+  return _BUILT[key], time.perf_counter() - t0, time.process_time() - c0
+
+
+def run_unit(unit: Unit, grid: Grid, progress: bool = False) -> tuple[list, dict]:
+  """The unit's searches (one per setting) and its costs: build and run wall/CPU
+  seconds, rounds run, models per round."""
+  algorithms, build_s, build_cpu_s = _algorithms(unit.method, len(unit.settings), grid)
+  task, datas = group_task(unit.settings, unit.seed, grid.batch_size)
+  searches = [Search(targets=dict(targets), rounds=unit.rounds) for targets in unit.targets]
+  t0, c0 = time.perf_counter(), time.process_time()
+  run_method(unit.method, algorithms, task, datas, searches, grid, unit.seed,
+             unit.participation, progress)
+  return searches, dict(
+      build_s=build_s, build_cpu_s=build_cpu_s, run_s=time.perf_counter() - t0,
+      run_cpu_s=time.process_time() - c0,
+      rounds_run=max(search.rounds_run for search in searches),
+      models_per_round=models_per_round(next(iter(algorithms.values()))))
+
+
+def init_worker(runtime_options: dict) -> None:
+  """A worker process of `run_units`: quiet logs and the chosen TFF backend as
+  its default context, stopped when the process exits."""
+  import atexit  # pylint: disable=g-import-not-at-top
+  import logging  # pylint: disable=g-import-not-at-top
+  from absl import logging as absl_logging  # pylint: disable=g-import-not-at-top
+  from tff_algos import runtime  # pylint: disable=g-import-not-at-top
+  absl_logging.set_verbosity(absl_logging.WARNING)
+  tf.get_logger().setLevel(logging.ERROR)
+  runtime.install(backend=runtime_options['backend'], workers=runtime_options['workers'],
+                  concurrent_clients=runtime_options['concurrent_clients'])
+  atexit.register(runtime.shutdown)
+
+
+def _run_unit_star(args):
+  return args[0], run_unit(*args)
+
+
+def run_units(units: Sequence[Unit], grid: Grid, jobs: int, runtime_options: dict,
+              progress: bool = False):
+  """Yields (unit, (searches, costs)) as units finish: in this process (which
+  must have its TFF context installed) when `jobs` is 1, else in `jobs` worker
+  processes (spawned: TensorFlow does not survive a fork), each unit's result
+  the same as in this process."""
+  work = [(unit, grid, progress) for unit in units]
+  if jobs <= 1:
+    for args in work:
+      yield _run_unit_star(args)
+    return
+  import multiprocessing  # pylint: disable=g-import-not-at-top
+  context = multiprocessing.get_context('spawn')
+  with context.Pool(min(jobs, len(work)), initializer=init_worker,
+                    initargs=(runtime_options,)) as pool:
+    yield from pool.imap_unordered(_run_unit_star, work)
 
 
 def _dropped(row: dict, algorithm) -> int:

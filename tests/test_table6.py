@@ -68,6 +68,48 @@ def test_stacked_model_lane_gradient_is_the_single_model_gradient():
     np.testing.assert_allclose(grads[1][lane, 0], want[1], rtol=1e-5, atol=1e-7)
 
 
+def test_data_group_lane_gradient_is_its_datasets_single_model_gradient():
+  # 2 data groups x 3 configurations: lane g * 3 + c sees dataset g only.
+  rng = np.random.default_rng(2)
+  x = rng.normal(size=(6, 2, 30)).astype(np.float32)   # [B, G, d]
+  y = rng.integers(0, 5, (6, 2)).astype(np.int32)      # [B, G]
+  model = stacked_logistic.StackedLogisticModel(6, 30, 5, data_groups=2)
+  model.trainable_variables[0].assign(rng.normal(size=(6, 30, 5)).astype(np.float32))
+  model.trainable_variables[1].assign(rng.normal(size=(6, 1, 5)).astype(np.float32))
+  with tf.GradientTape() as tape:
+    loss = model.forward_pass(dict(x=x, y=y)).loss
+  grads = tape.gradient(loss, model.trainable_variables)
+  for lane in range(6):
+    group = lane // 3
+    kernel = tf.Variable(model.trainable_variables[0][lane])
+    bias = tf.Variable(model.trainable_variables[1][lane, 0])
+    with tf.GradientTape() as tape:
+      single = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
+          y[:, group], x[:, group] @ kernel + bias))
+    want = tape.gradient(single, [kernel, bias])
+    np.testing.assert_allclose(grads[0][lane], want[0], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(grads[1][lane, 0], want[1], rtol=1e-5, atol=1e-6)
+  with pytest.raises(ValueError, match='data groups'):
+    stacked_logistic.StackedLogisticModel(5, 30, 5, data_groups=2)
+
+
+def test_group_client_data_keeps_each_datasets_examples_in_order():
+  xs = [[np.full((3, 2), 10 * g + k, np.float32) for k in range(2)] for g in range(3)]
+  ys = [[np.arange(3, dtype=np.int32) + 100 * g for _ in range(2)] for g in range(3)]
+  data = stacked_logistic.group_client_data(xs, ys)
+  client = list(data.create_tf_dataset_for_client(data.client_ids[1]).as_numpy_iterator())
+  assert len(client) == 3
+  np.testing.assert_array_equal(client[2]['x'][:, 0], [1, 11, 21])   # dataset g's client 1
+  np.testing.assert_array_equal(client[2]['y'], [2, 102, 202])
+  with pytest.raises(ValueError, match='equal client sizes'):
+    stacked_logistic.group_client_data([xs[0], [x[:2] for x in xs[1]]], [ys[0], ys[1]])
+
+
+def test_settings_with_equal_device_sizes_share_one_run():
+  groups = table6_grid.data_groups(('homogeneous', 'type1', 'type2', 'type3'), seed=0)
+  assert groups == [('homogeneous', 'type1', 'type2'), ('type3',)]
+
+
 # ------------------------------------------------------------ participation
 
 
@@ -185,6 +227,53 @@ def test_grid_lanes_equal_separate_trainer_runs(method, grid):
     np.testing.assert_allclose(lanes[1][c, 0], single[1], atol=1e-6, rtol=0)
 
 
+@pytest.mark.parametrize('method', [
+    'feddyn', pytest.param('scaffold', marks=pytest.mark.slow),
+    pytest.param('fedprox', marks=pytest.mark.slow)])
+def test_settings_side_by_side_equal_their_own_runs(method):
+  # Homogeneous and type 1 as data groups of one run vs each in a run of its
+  # own: the same batches and cohorts, so the same models up to float rounding.
+  grid = table6_grid.Grid(learning_rates=(1.0, 0.1), alphas=(0.01,), mus=(0.01,),
+                          epochs=(2,), scaffold_steps=(30,))
+  configs, shape = grid.lanes(method), grid.shapes(method)[0]
+  run = training.RunConfig(total_rounds=3, clients_per_round=1, seed=0, rounds_per_eval=0,
+                           progress=False, participation_prob=0.3)
+
+  def train(group):
+    task, _ = table6_grid.group_task(group, 0, grid.batch_size)
+    lanes = len(configs) * len(group)
+    stacked = stacked_logistic.stacked(task, lanes, 30, 5, data_groups=len(group))
+    algorithm = table6_grid.build(method, shape, grid, stacked.model_fn, len(group))
+    return training.run_training(algorithm, stacked, run, initial_weights=(
+        stacked_logistic.zero_weights(lanes, 30, 5))).model_weights.trainable
+
+  both = train(('homogeneous', 'type1'))
+  for g, setting in enumerate(('homogeneous', 'type1')):
+    alone = train((setting,))
+    assert np.abs(alone[0]).max() > 1e-1  # it trained
+    lanes = slice(g * len(configs), (g + 1) * len(configs))
+    np.testing.assert_allclose(both[0][lanes], alone[0], atol=1e-6, rtol=0)
+    np.testing.assert_allclose(both[1][lanes], alone[1], atol=1e-6, rtol=0)
+
+
+@pytest.mark.slow
+def test_worker_processes_give_the_searches_of_one_process():
+  from tff_algos import runtime
+  grid = table6_grid.Grid(learning_rates=(0.1,), alphas=(0.01,), epochs=(1,),
+                          scaffold_steps=(20,))
+  units = [table6_grid.Unit(m, ('homogeneous', 'type1'), 0,
+                            ((('paper', 1.2), ('own', 1.0)),) * 2, 6, 0.1)
+           for m in ('feddyn', 'scaffold')]
+  options = dict(backend='inprocess', workers=None, concurrent_clients=None)
+  with runtime.managed_context(backend='inprocess'):
+    here = {u.method: found for u, (found, _) in table6_grid.run_units(units, grid, 1, options)}
+  there = {u.method: found for u, (found, _) in table6_grid.run_units(units, grid, 2, options)}
+  assert any(s.best_round for found in here.values() for s in found)  # targets reached
+  for method, found in here.items():
+    assert [(s.best_round, s.best_config) for s in found] == [
+        (s.best_round, s.best_config) for s in there[method]]
+
+
 # ------------------------------------------------------------ the binary
 
 
@@ -228,6 +317,10 @@ def test_table6_bad_flag_is_one_line_and_status_2(tmp_path):
   assert res.returncode == 2
   errors = [l for l in res.stderr.splitlines() if l.startswith('error:')]
   assert len(errors) == 1 and 'type9' in errors[0]
+  res = subprocess.run([sys.executable, '-m', 'experiments.table6', '--jobs=0',
+                        f'--output_dir={tmp_path}'], cwd=ROOT, capture_output=True, text=True)
+  assert res.returncode == 2 and res.stderr.strip().splitlines()[-1].startswith(
+      'error: --jobs must be >= 1')
 
 
 @pytest.mark.slow

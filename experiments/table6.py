@@ -133,7 +133,8 @@ def targets(settings: dict, weight_decay: float) -> dict:
   return out
 
 
-# Longest first, so the last unit to finish is a short one.
+# Within a seed, longest first (the last unit to finish is a short one); seed
+# by seed, so that an interrupted run has whole draws.
 _UNIT_ORDER = ('fedavg', 'fedprox', 'scaffold', 'feddyn')
 
 
@@ -150,7 +151,7 @@ def units(settings: dict, goals: dict) -> list:
                             FLAGS.participation_prob) for method in settings['methods']]
   rank = {m: (_UNIT_ORDER.index(m) if m in _UNIT_ORDER else len(_UNIT_ORDER))
           for m in settings['methods']}
-  return sorted(out, key=lambda u: (-len(u.settings), rank[u.method]))
+  return sorted(out, key=lambda u: (u.seed, -len(u.settings), rank[u.method]))
 
 
 def run_grid(settings: dict, goals: dict, grid) -> tuple[dict, dict]:

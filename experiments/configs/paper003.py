@@ -436,9 +436,8 @@ TABLE6 = Experiment(
                         '(mean over draws)')
         for setting, values in zip(_TABLE6_SETTINGS, _TABLE6_MODELS)
         for method, value in zip(ALGORITHMS, values)),
-    expected_runtime=('~2-3 h on 2 CPU cores (extrapolated, not run whole: measured 88-279 s '
-                      'of CPU per method, setting and draw on the shared machine, 48 such '
-                      'searches, the worst case 300 rounds of every E; the 30 min target is '
+    expected_runtime=('~40-80 min on 2 CPU cores (extrapolated from 4 of its 24 searches, '
+                      'run under load: 280-420 CPU-s per grouped search; the 30 min target is '
                       'not met)'),
     notes=('Our draws are not the paper\'s: its printed targets sit at different distances '
            'from our optima (homogeneous: 0.0603 is about our MEAN optimal loss, so half the '

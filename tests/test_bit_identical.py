@@ -5,8 +5,18 @@ The recording (`data/bit_identical_models.json`) was made before the round
 plumbing, the hyperparameter sources and the trainer loop were restructured;
 a refactor that changes any algorithm's arithmetic — an operation reordered,
 a cast moved, a default drifting — changes a digest here. Re-record only for
-a deliberate change of an algorithm's maths (`TFF_ALGOS_RECORD=1`), and say
-so in the commit.
+a deliberate change of an algorithm's maths (`TFF_ALGOS_RECORD=1`: the new
+digest replaces the recorded ones), and say so in the commit.
+
+The last bits depend on the CPU's kernels (TensorFlow picks its matrix and
+reduction kernels by instruction set): fedrr, nastya, kmaml and mimelite came
+out differently on an AMD EPYC (AVX-512) VM than on the machine of the
+recording, deterministically and whatever the client concurrency. Each
+algorithm therefore lists the digests of the same code on each kind of machine
+seen; `TFF_ALGOS_RECORD=add` adds this machine's digest to the list, and is
+only for a tree whose algorithms are unchanged since the recording (it was run
+on the code of the recording, with this machine's failures checked to be its
+kernels, not a change).
 """
 
 import dataclasses
@@ -90,11 +100,14 @@ def test_every_algorithm_is_recorded():
 def test_model_after_three_rounds_is_bit_identical(name, task, context):
   weights = final_model(name, task, context)
   got = digest(weights.trainable)
-  if os.environ.get('TFF_ALGOS_RECORD'):
+  mode = os.environ.get('TFF_ALGOS_RECORD')
+  if mode:
     record = json.load(open(RECORD)) if os.path.exists(RECORD) else {}
-    record[name] = got
+    known = record.get(name, []) if mode == 'add' else []
+    record[name] = known + ([] if got in known else [got])
     with open(RECORD, 'w') as f:
       json.dump(record, f, indent=1, sort_keys=True)
     return
   with open(RECORD) as f:
-    assert got == json.load(f)[name], f'{name}: model after {ROUNDS} rounds changed'
+    known = json.load(f)[name]
+  assert got in known, f'{name}: model after {ROUNDS} rounds changed ({got} not in {known})'

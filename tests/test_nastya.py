@@ -246,7 +246,7 @@ def test_eta_gamma_n_reproduces_one_epoch_fedavg(logistic):
   fedavg = fedopt.build_fedopt(task.model_fn, fedopt.FedOptConfig(
       client_optimizer=SGD('sgd', GAMMA), server_optimizer=SGD('sgd', 1.0), epochs=1,
       uniform_weighting=True))
-  fedrr = nastya.build_fedrr(task.model_fn, GAMMA)
+  fedrr = nastya.build_fedrr(task.model_fn, nastya.NastyaConfig(GAMMA))
   s1, out = _run(ours, x0, data, 3)
   s2, _ = _run(fedavg, x0, data, 3)
   s3, _ = _run(fedrr, x0, data, 3)
@@ -261,7 +261,8 @@ def test_fedrr_averages_local_models_for_unequal_clients():
   x, y = libsvm.breast_cancer_arrays()
   task = libsvm.build_logistic(x[:100], y[:100], num_clients=3, batch_size=1)
   lam, gamma, x0 = task.info['l2_reg'], 2.0 ** -5, _x0(3)  # gamma exact in float32
-  state, _ = _run(nastya.build_fedrr(task.model_fn, gamma), x0, _fixed_data(task), 1)
+  fedrr = nastya.build_fedrr(task.model_fn, nastya.NastyaConfig(gamma))
+  state, _ = _run(fedrr, x0, _fixed_data(task), 1)
   models = []
   for cid in task.client_ids:
     arrays = task.train_data.client_arrays(cid)
@@ -294,8 +295,9 @@ def test_fedrr_with_a_milestone_steps_at_gamma_over_10_after_it():
   data, x0, gamma = _fixed_data(task), _x0(5), 2.0 ** -3
   stepped, _ = _run(registry.build('fedrr', task.model_fn, HParams(
       client_learning_rate=gamma, client_lr_milestones=['1'])), x0, data, 2)
-  first, _ = _run(nastya.build_fedrr(task.model_fn, gamma), x0, data, 1)
-  second, _ = _run(nastya.build_fedrr(task.model_fn, gamma / 10), _x(first), data, 1)
+  first, _ = _run(nastya.build_fedrr(task.model_fn, nastya.NastyaConfig(gamma)), x0, data, 1)
+  second, _ = _run(nastya.build_fedrr(task.model_fn, nastya.NastyaConfig(gamma / 10)),
+                   _x(first), data, 1)
   assert np.linalg.norm(_x(second) - _x(first)) > 1e-4
   np.testing.assert_allclose(_x(stepped), _x(second), rtol=0, atol=1e-6)
 
@@ -426,7 +428,7 @@ def test_large_server_step_beats_fedrr_at_small_gamma():
 
   big = gap(nastya.build_nastya(task.model_fn, nastya.NastyaConfig(
       gamma, SGD('sgd', 1.0 / prob.smoothness()))))
-  fedrr = gap(nastya.build_fedrr(task.model_fn, gamma))
+  fedrr = gap(nastya.build_fedrr(task.model_fn, nastya.NastyaConfig(gamma)))
   assert 0 < big < 0.5 * fedrr
 
 

@@ -172,13 +172,3 @@ def build_feddyn(model_fn: Callable[[], tff.learning.models.VariableModel],
       name, model_fn, config.client_schedule(), _fns(config), optimizer_flops_per_param=6.0,
       report_device_average=config.report_device_average,
       needs_mean_examples=config.adaptive_alpha)
-
-
-# Trainer integration (the flag rules: `flag_rules.feddyn`).
-def config_from_hparams(name: str, hp: HParams) -> FedDynConfig:
-  del name
-  return FedDynConfig.from_hparams(hp)
-
-
-def build_from_hparams(name: str, model_fn, hp: HParams) -> FederatedAlgorithm:
-  return build_feddyn(model_fn, FedDynConfig.from_hparams(hp), name)

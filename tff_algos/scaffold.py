@@ -160,13 +160,3 @@ def build_scaffold(model_fn: Callable[[], tff.learning.models.VariableModel],
       name, model_fn, config.client_schedule(), _fns(config), optimizer_flops_per_param=4.0,
       report_device_average=config.report_device_average,
       needs_mean_examples=config.reference_conventions)
-
-
-# Trainer integration (the flag rules: `flag_rules.scaffold`).
-def config_from_hparams(name: str, hp: HParams) -> ScaffoldConfig:
-  del name
-  return ScaffoldConfig.from_hparams(hp)
-
-
-def build_from_hparams(name: str, model_fn, hp: HParams) -> FederatedAlgorithm:
-  return build_scaffold(model_fn, ScaffoldConfig.from_hparams(hp), name)

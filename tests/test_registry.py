@@ -115,6 +115,7 @@ print('tensorflow' in sys.modules, 'tensorflow_federated' in sys.modules)
     ('--algorithm=fedrr --server_learning_rate=2', 'fedrr has no server step'),
     ('--algorithm=mfl --client_optimizer=yogi', 'MFL averages client optimiser state'),
     ('--algorithm=kmaml --client_optimizer=adam', 'kmaml does not use --client_optimizer'),
+    ('--algorithm=fednova --server_optimizer=adam', 'fednova does not use --server_optimizer'),
 ])
 def test_bad_algorithm_flags_are_answered_without_tensorflow(argv, message):
   import subprocess

@@ -79,15 +79,19 @@ def initial_weights_computation(model_fn) -> tff.Computation:
   return initial_weights
 
 
-def client_work(model_fn, config: FedOptConfig, correction=None) -> client_work_lib.ClientWork:
+def client_work(model_fn, config: FedOptConfig, correction=None,
+                output_fn: client_work_lib.ClientOutputFn = client_work_lib.model_delta,
+                ) -> client_work_lib.ClientWork:
   """FedOpt's client work: ClientOpt under the round schedule, weighted by n_i
   (or 1), the local gradient changed by `correction` (x_t -> correction_fn,
-  e.g. FedProx's) and then clipped and decayed as the config says."""
+  e.g. FedProx's) and then clipped and decayed as the config says; clients
+  upload `output_fn(outcome, hparams)` (the delta x_t - y_K; FedNova's d_i)."""
   return client_work_lib.build_client_work(
       model_fn, config.client_optimizer.build(), config.client_schedule(),
       client_weighting=(tff.learning.ClientWeighting.UNIFORM
                         if config.uniform_weighting else
                         tff.learning.ClientWeighting.NUM_EXAMPLES),
+      output_fn=output_fn,
       correction=local_training.regularized(correction, config.weight_decay,
                                             config.clip_norm))
 

@@ -67,6 +67,9 @@ _SPECS = (
                   'mu/2 ||theta - x_t||^2 (--prox_mu); K steps or E epochs, any server '
                   'optimizer', 'FedProxConfig', 'build_fedprox', _DEVICE_AVERAGE | {'prox_mu'},
                   rules.client_schedule),
+    AlgorithmSpec('fednova', 'tff_algos.fednova', 'FedNova (recipe example): local SGD '
+                  'updates normalised by their steps tau_i, server step eta tau_eff',
+                  'FedNovaConfig', 'build_fednova', check=rules.fednova),
     AlgorithmSpec('fedmax', 'tff_algos.fedmax', 'FedMAX: FedAvg + beta KL(softmax(penultimate) '
                   '|| uniform)', 'FedMaxConfig', 'build_fedmax',
                   _LOCAL_STEP_REGULARIZATION | {'fedmax_beta', 'fedmax_reference_kl'},

@@ -145,7 +145,7 @@ def test_reptile_with_eta_gamma_is_fedavg_with_server_lr_1():
   assert max(np.abs(np.asarray(x) - y).max() for x, y in zip(results[0], init.trainable)) > 1e-2
 
 
-# --- plateau rule: the reference sequences (ALGORITHMS.md §3, issue 3) ---------
+# --- plateau rule (`semantics='reference'`: the authors' code): reference sequences ---
 
 def _run_plateau(cfg, values):
   state = plateau.initial_state(cfg)

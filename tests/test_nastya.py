@@ -13,7 +13,7 @@ import tensorflow_federated as tff
 
 from processes import run_rounds
 from tasks import TaskOptions, base, get_task, libsvm, partition
-from tff_algos import fedopt, nastya, registry, training
+from tff_algos import fedopt, nastya, registry, sampling, training
 from tff_algos.core import adaptive_step, optimizers
 from tff_algos.hparams import HParams
 
@@ -114,12 +114,12 @@ def test_partial_participation_uses_exactly_the_cohort(indexed):
   task, parts, alg = indexed
   rows = _record(alg, task, 'rr', rounds=3, clients=2)
   for t, row in enumerate(rows):
-    cohort = training.sample_clients(task.client_ids, 2, seed=3, round_num=t)
+    cohort = sampling.sample_clients(task.client_ids, 2, seed=3, round_num=t)
     expected = np.zeros(TOTAL)
     for cid in cohort:
       expected[parts[task.client_ids.index(cid)]] = 1
     np.testing.assert_array_equal(row['client_work/train/seen'], expected)
-  cohorts = {tuple(sorted(training.sample_clients(task.client_ids, 2, 3, t)))
+  cohorts = {tuple(sorted(sampling.sample_clients(task.client_ids, 2, 3, t)))
              for t in range(3)}
   assert len(cohorts) > 1  # a fresh cohort is drawn each round
 
@@ -149,7 +149,7 @@ def test_shuffle_seeds_give_so_fixed_and_rr_fresh_orders(indexed):
   """The same property on the datasets the loop builds (no TFF)."""
   task, parts, _ = indexed
   def order(mode, t, cid):
-    ds = task.client_dataset(cid, training.shuffle_seed(mode, 0, t, cid),
+    ds = task.client_dataset(cid, sampling.shuffle_seed(mode, 0, t, cid),
                              reshuffle_each_epoch=mode == 'rr')
     return tuple(np.concatenate([b['idx'].numpy() for b in ds]))
   for cid, part in zip(task.client_ids, parts):

@@ -1,4 +1,4 @@
-"""Simulation speed, as ratios measured in one run (issue 7's benchmark).
+"""Simulation speed, as ratios measured in one run.
 
     python -m experiments.benchmark --quick      # in-process backend (GPU if visible)
     python -m experiments.benchmark --quick --backend=cpp         # TFF's C++ worker

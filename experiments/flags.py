@@ -22,19 +22,15 @@ from typing import Any, Mapping, Optional
 from absl import flags
 
 from experiments import runtime_flags
+from tasks import list_tasks
 from tff_algos import hparams as hparams_lib
 from tff_algos import registry
 from tff_algos.errors import UserError
 
 # Data.
-# The task registry's names, here so that a misspelt name is answered before
-# TensorFlow loads (the task registry imports it); tests/test_registry.py keeps
-# them equal to `tasks.list_tasks()`. The algorithm registry imports no TensorFlow.
-TASK_NAMES = (
-    'cifar10', 'cifar100_image', 'cifar100_split', 'cifar10_image', 'cifar10_lenet', 'digits',
-    'emnist_autoencoder', 'emnist_character', 'emnist_letters10', 'feddyn_digits', 'logistic',
-    'mnist', 'quadratic', 'shakespeare_003', 'shakespeare_character', 'stackoverflow_tag',
-    'stackoverflow_word', 'synthetic_logistic')
+# --task and --algorithm are enums of the two registries' names, so that a
+# misspelt name is answered before TensorFlow loads (neither registry imports it).
+TASK_NAMES = tuple(list_tasks())
 ALGORITHM_NAMES = tuple(registry.ALGORITHMS)
 
 flags.DEFINE_enum('task', 'digits', TASK_NAMES, 'Task name (see --list_tasks). Default: the '

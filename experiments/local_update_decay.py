@@ -171,9 +171,9 @@ def main(argv):
             example_weighted=reference)
         w = FLAGS.decay_window
         alg = local_update.build_local_update_decay(
-            task.model_fn, cfg, local_update.DecayConfig(
+            task.model_fn, local_update.LocalUpdateDecayConfig(cfg, local_update.DecayConfig(
                 window=w, patience=w, cooldown=w,
-                semantics='reference' if reference else 'paper'))
+                semantics='reference' if reference else 'paper')))
         return _run(task, f'lud_g{gamma:g}_e{eta:g}', alg, clients, out_root)
 
       for gamma in gammas:

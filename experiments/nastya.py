@@ -146,7 +146,8 @@ def main(argv):
             gamma, optimizers.OptimizerSpec('sgd', eta)), name=name)
       elif name in ('fedrr', 'local_sgd_wr'):
         eta = float('nan')
-        key, make = ('fedrr',), lambda: nastya.build_fedrr(model_fn, gamma)
+        key = ('fedrr',)
+        make = lambda: nastya.build_fedrr(model_fn, nastya.NastyaConfig(gamma))
       elif name == 'nastya_adam':
         eta = FLAGS.adam_lr
         key, make = (name,), lambda: nastya.build_nastya(model_fn, nastya.NastyaConfig(

@@ -90,11 +90,11 @@ def run_lanes(names, rounds: int, seeds: int, *, num_clients: int, clients_per_r
               seed: int, gamma: float, eta: float, rounds_per_call: int = 10,
               progress: bool = False) -> np.ndarray:
   """The runs `names` (lanes) x `seeds` (runs) for `rounds` rounds, clients
-  drawn as the trainer draws them (`training.sample_clients`) from the
+  drawn as the trainer draws them (`sampling.sample_clients`) from the
   population of `quadratic.population`; returns the global model after every
   round, [rounds, lanes, seeds]."""
   from tasks import quadratic
-  from tff_algos import training
+  from tff_algos import sampling
   z = quadratic.population(seeds, num_clients, seed)
   ids = list(range(num_clients))
   process = build_lanes(names, gamma, eta, seeds).process
@@ -109,7 +109,7 @@ def run_lanes(names, rounds: int, seeds: int, *, num_clients: int, clients_per_r
     n = min(rounds_per_call, rounds - start)
     if n not in computations:
       computations[n] = multi_round(process, n, seeds, len(names))
-    data = [(list(z[training.sample_clients(ids, clients_per_round, seed, t)]),
+    data = [(list(z[sampling.sample_clients(ids, clients_per_round, seed, t)]),
              lane_steps(names, t).astype(np.int32)) for t in range(start, start + n)]
     state, out = computations[n](state, data)
     xs[start:start + n] = np.stack([np.asarray(x) for x in out])

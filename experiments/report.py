@@ -88,7 +88,7 @@ def plot_training(rows: Sequence[dict], path: str, title: Optional[str] = None) 
   return path
 
 
-# ------------------------------------------- cost to reach a target (issue 6)
+# ---------------------------------------------------- cost to reach a target
 
 COST_COLUMNS = ('upload_bytes', 'download_bytes', 'client_flops')
 

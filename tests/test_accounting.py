@@ -13,7 +13,7 @@ import tensorflow_federated as tff
 from processes import run_crashed_then_resumed
 from tasks import TaskOptions
 from tasks import embedded
-from tff_algos import fedopt, training
+from tff_algos import fedopt, sampling, training
 from tff_algos.core import accounting
 from tff_algos.core import optimizers
 
@@ -136,7 +136,7 @@ def test_cost_columns_accumulate_and_continue_across_a_resume(task, tmp_path):
   for i, row in enumerate(full.history):
     examples = row['client_work/train/num_examples']
     # K = 3 batches per sampled client (its dataset repeated as needed).
-    cohort = training.sample_clients(task.client_ids, 4, 0, i)
+    cohort = sampling.sample_clients(task.client_ids, 4, 0, i)
     expected = sum(sum(int(tf.shape(tf.nest.flatten(b)[0])[0]) for b in
                        task.client_dataset(c).repeat().take(3)) for c in cohort)
     assert examples == expected

@@ -1,4 +1,4 @@
-"""Execution backends (issue 7) give the default backend's results.
+"""Execution backends give the default backend's results.
 
 * `--backend=inprocess` (our interpreter of TFF's natively compiled computations,
   running TF in this process) == the C++ worker, for FedAvg by default;

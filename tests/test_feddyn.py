@@ -8,7 +8,7 @@ from tasks import TaskOptions, get_task
 from tff_algos import feddyn
 from tff_algos import fedopt
 from tff_algos import registry
-from tff_algos import training
+from tff_algos import sampling, training
 from tff_algos.core import client_state
 from tff_algos.core import optimizers
 from tff_algos.core.stateful_process import Population
@@ -225,8 +225,8 @@ def test_feddyn_resume_is_exact_even_after_rounds_past_the_checkpoint(
     training.run_training(digits_feddyn, digits, config(crashed, 6, 2),
                           round_callback=die_at_5)
   ids = digits.client_ids
-  before = {c for r in range(4) for c in training.sample_clients(ids, 5, 0, r)}
-  assert before & set(training.sample_clients(ids, 5, 0, 4))  # rows were overwritten
+  before = {c for r in range(4) for c in sampling.sample_clients(ids, 5, 0, r)}
+  assert before & set(sampling.sample_clients(ids, 5, 0, 4))  # rows were overwritten
   after_crash = training.run_training(digits_feddyn, digits, config(crashed, 6, 2))
   assert after_crash.resumed_from == 4
 
@@ -240,7 +240,7 @@ def test_feddyn_resume_is_exact_even_after_rounds_past_the_checkpoint(
       for x, y in zip(a, b):
         np.testing.assert_allclose(x, y, rtol=0, atol=1e-6)
   # Some client states moved, and clients never sampled kept theirs (zero).
-  sampled = {c for r in range(6) for c in training.sample_clients(ids, 5, 0, r)}
+  sampled = {c for r in range(6) for c in sampling.sample_clients(ids, 5, 0, r)}
   rows = dict(zip(ids, full_rows))
   assert any(np.abs(rows[c][0]).max() > 1e-4 for c in sampled)
   never = set(ids) - sampled

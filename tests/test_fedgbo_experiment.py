@@ -106,7 +106,7 @@ def test_binary_refuses_sent140_without_its_files(tmp_path):
   assert 'train/*.json' in res.stderr and 'preprocess.sh' in res.stderr
 
 
-# Registered when this test was written (issue 6): all seven of Table IV's.
+# All seven algorithms of paper 004's Table IV.
 SMOKE_ALGORITHMS = 'fedavg,fedgbo,mfl,mimelite,mimexlite,fedmax,fedprox'
 
 

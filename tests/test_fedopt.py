@@ -56,7 +56,7 @@ def test_fedsgd_matches_tff_build_fed_sgd(task, init_weights):
   data = [task.client_dataset(cid).unbatch().batch(1000)
           for cid in task.client_ids[:NUM_CLIENTS]]
   server = optimizers.OptimizerSpec('sgd', 0.5)
-  ours = fedopt.build_fedsgd(task.model_fn, server)
+  ours = fedopt.build_fedsgd(task.model_fn, fedopt.FedSGDConfig(server))
   theirs = tff.learning.algorithms.build_fed_sgd(task.model_fn,
                                                  server_optimizer_fn=server.build())
   s1, out1 = run_rounds(ours.process, init_weights, data, 3)

@@ -145,7 +145,7 @@ def test_reptile_with_eta_gamma_is_fedavg_with_server_lr_1():
   assert max(np.abs(np.asarray(x) - y).max() for x, y in zip(results[0], init.trainable)) > 1e-2
 
 
-# --- plateau rule: the reference sequences (ALGORITHMS.md §3, issue 3) ---------
+# --- plateau rule (`semantics='reference'`: the authors' code): reference sequences ---
 
 def _run_plateau(cfg, values):
   state = plateau.initial_state(cfg)
@@ -250,10 +250,9 @@ def test_unknown_semantics_rejected():
 
 def test_pre_training_loss_is_measured_before_any_local_step(quad):
   a, c, x0, task = quad
-  alg = local_update.build_local_update_decay(
-      task.model_fn, local_update.LocalUpdateConfig(theta=(1.0,) * 5,
-                                                    client_learning_rate=0.2),
-      local_update.DecayConfig(window=2, patience=1, cooldown=0))
+  alg = local_update.build_local_update_decay(task.model_fn, local_update.LocalUpdateDecayConfig(
+      local_update.LocalUpdateConfig(theta=(1.0,) * 5, client_learning_rate=0.2),
+      local_update.DecayConfig(window=2, patience=1, cooldown=0)))
   state = alg.process.initialize()
   out = alg.process.next(state, [task.client_dataset(cid) for cid in task.client_ids])
   expected = np.mean([0.5 * (x0 - ci) @ ai @ (x0 - ci) for ai, ci in zip(a, c)])
@@ -264,13 +263,12 @@ def test_pre_training_loss_is_measured_before_any_local_step(quad):
 
 
 def _decay_run(task, out_dir, crash_at=None):
-  alg = local_update.build_local_update_decay(
-      task.model_fn,
+  alg = local_update.build_local_update_decay(task.model_fn, local_update.LocalUpdateDecayConfig(
       local_update.LocalUpdateConfig(theta=(1.0,) * 2, client_learning_rate=0.1,
                                      server_optimizer=optimizers.OptimizerSpec('sgd', 0.1)),
       # min_delta larger than any improvement: decays every 2 rounds after cooldown.
       local_update.DecayConfig(min_delta=100.0, window=2, patience=2, cooldown=1,
-                               client_decay=0.5, server_decay=0.8))
+                               client_decay=0.5, server_decay=0.8)))
 
   def crash(done, state, row):
     if done == crash_at:

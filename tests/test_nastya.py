@@ -13,7 +13,7 @@ import tensorflow_federated as tff
 
 from processes import run_rounds
 from tasks import TaskOptions, base, get_task, libsvm, partition
-from tff_algos import fedopt, nastya, registry, training
+from tff_algos import fedopt, nastya, registry, sampling, training
 from tff_algos.core import adaptive_step, optimizers
 from tff_algos.hparams import HParams
 
@@ -114,12 +114,12 @@ def test_partial_participation_uses_exactly_the_cohort(indexed):
   task, parts, alg = indexed
   rows = _record(alg, task, 'rr', rounds=3, clients=2)
   for t, row in enumerate(rows):
-    cohort = training.sample_clients(task.client_ids, 2, seed=3, round_num=t)
+    cohort = sampling.sample_clients(task.client_ids, 2, seed=3, round_num=t)
     expected = np.zeros(TOTAL)
     for cid in cohort:
       expected[parts[task.client_ids.index(cid)]] = 1
     np.testing.assert_array_equal(row['client_work/train/seen'], expected)
-  cohorts = {tuple(sorted(training.sample_clients(task.client_ids, 2, 3, t)))
+  cohorts = {tuple(sorted(sampling.sample_clients(task.client_ids, 2, 3, t)))
              for t in range(3)}
   assert len(cohorts) > 1  # a fresh cohort is drawn each round
 
@@ -149,7 +149,7 @@ def test_shuffle_seeds_give_so_fixed_and_rr_fresh_orders(indexed):
   """The same property on the datasets the loop builds (no TFF)."""
   task, parts, _ = indexed
   def order(mode, t, cid):
-    ds = task.client_dataset(cid, training.shuffle_seed(mode, 0, t, cid),
+    ds = task.client_dataset(cid, sampling.shuffle_seed(mode, 0, t, cid),
                              reshuffle_each_epoch=mode == 'rr')
     return tuple(np.concatenate([b['idx'].numpy() for b in ds]))
   for cid, part in zip(task.client_ids, parts):
@@ -246,7 +246,7 @@ def test_eta_gamma_n_reproduces_one_epoch_fedavg(logistic):
   fedavg = fedopt.build_fedopt(task.model_fn, fedopt.FedOptConfig(
       client_optimizer=SGD('sgd', GAMMA), server_optimizer=SGD('sgd', 1.0), epochs=1,
       uniform_weighting=True))
-  fedrr = nastya.build_fedrr(task.model_fn, GAMMA)
+  fedrr = nastya.build_fedrr(task.model_fn, nastya.NastyaConfig(GAMMA))
   s1, out = _run(ours, x0, data, 3)
   s2, _ = _run(fedavg, x0, data, 3)
   s3, _ = _run(fedrr, x0, data, 3)
@@ -261,7 +261,8 @@ def test_fedrr_averages_local_models_for_unequal_clients():
   x, y = libsvm.breast_cancer_arrays()
   task = libsvm.build_logistic(x[:100], y[:100], num_clients=3, batch_size=1)
   lam, gamma, x0 = task.info['l2_reg'], 2.0 ** -5, _x0(3)  # gamma exact in float32
-  state, _ = _run(nastya.build_fedrr(task.model_fn, gamma), x0, _fixed_data(task), 1)
+  fedrr = nastya.build_fedrr(task.model_fn, nastya.NastyaConfig(gamma))
+  state, _ = _run(fedrr, x0, _fixed_data(task), 1)
   models = []
   for cid in task.client_ids:
     arrays = task.train_data.client_arrays(cid)
@@ -294,8 +295,9 @@ def test_fedrr_with_a_milestone_steps_at_gamma_over_10_after_it():
   data, x0, gamma = _fixed_data(task), _x0(5), 2.0 ** -3
   stepped, _ = _run(registry.build('fedrr', task.model_fn, HParams(
       client_learning_rate=gamma, client_lr_milestones=['1'])), x0, data, 2)
-  first, _ = _run(nastya.build_fedrr(task.model_fn, gamma), x0, data, 1)
-  second, _ = _run(nastya.build_fedrr(task.model_fn, gamma / 10), _x(first), data, 1)
+  first, _ = _run(nastya.build_fedrr(task.model_fn, nastya.NastyaConfig(gamma)), x0, data, 1)
+  second, _ = _run(nastya.build_fedrr(task.model_fn, nastya.NastyaConfig(gamma / 10)),
+                   _x(first), data, 1)
   assert np.linalg.norm(_x(second) - _x(first)) > 1e-4
   np.testing.assert_allclose(_x(stepped), _x(second), rtol=0, atol=1e-6)
 
@@ -426,7 +428,7 @@ def test_large_server_step_beats_fedrr_at_small_gamma():
 
   big = gap(nastya.build_nastya(task.model_fn, nastya.NastyaConfig(
       gamma, SGD('sgd', 1.0 / prob.smoothness()))))
-  fedrr = gap(nastya.build_fedrr(task.model_fn, gamma))
+  fedrr = gap(nastya.build_fedrr(task.model_fn, nastya.NastyaConfig(gamma)))
   assert 0 < big < 0.5 * fedrr
 
 

@@ -5,7 +5,7 @@ import pytest
 import tensorflow_federated as tff
 
 from tasks import quadratic
-from tff_algos import fedopt, training
+from tff_algos import fedopt, sampling, training
 from tff_algos.core import optimizers
 
 
@@ -41,7 +41,7 @@ def test_one_round_matches_closed_form():
   """Delta_i = phi(z_i)(x - 1/z_i), phi = 1 - (1 - gamma z)^K; x+ = x - eta mean Delta."""
   task = quadratic.build_quadratic(num_runs=3, num_clients=50, seed=3)
   alg = _fedavg(task, k=7, eta=0.5)
-  cohort = training.sample_clients(task.client_ids, 5, seed=0, round_num=0)
+  cohort = sampling.sample_clients(task.client_ids, 5, seed=0, round_num=0)
   state = alg.process.set_model_weights(alg.process.initialize(), _init(task))
   state = alg.process.next(state, [task.client_dataset(c) for c in cohort]).state
   z = np.stack([task.train_data.client_arrays(c)['z'].reshape(-1) for c in cohort]).astype(np.float64)
@@ -135,7 +135,7 @@ def test_stacked_schedules_equal_separate_runs_and_closed_form():
                                rounds_per_call=3)
   assert xs.shape == (rounds, len(names), seeds)
   task = quadratic.build_quadratic(num_runs=seeds, num_clients=num_clients, seed=seed)
-  cohorts = [training.sample_clients(task.client_ids, m, seed, t) for t in range(rounds)]
+  cohorts = [sampling.sample_clients(task.client_ids, m, seed, t) for t in range(rounds)]
   for lane, name in enumerate(names):
     config = fedopt.FedOptConfig(
         client_optimizer=optimizers.OptimizerSpec('sgd', 0.1),

@@ -64,7 +64,7 @@ def _windows(image, crop):
 def test_cifar100_training_images_are_randomly_cropped_and_flipped(tmp_path):
   """Random 24x24 crop + flip (TFF's distortion), drawn from the per-(seed, round,
   client) augmentation seed; central crop without it and for evaluation."""
-  from tff_algos import training
+  from tff_algos import sampling
   rng = np.random.RandomState(1)
   n = 12
   images = rng.randint(0, 256, size=(n, 32, 32, 3)).astype(np.uint8)
@@ -105,9 +105,9 @@ def test_cifar100_training_images_are_randomly_cropped_and_flipped(tmp_path):
   assert sum(not np.allclose(x_a[k], central[k], atol=1e-5) for k in range(n)) >= n // 2
 
   # The trainer's seed: fresh per round and per client, a function of (seed, round, client).
-  seeds = {training.augment_seed(0, r, c) for r in range(5) for c in ('0', '1')}
+  seeds = {sampling.augment_seed(0, r, c) for r in range(5) for c in ('0', '1')}
   assert len(seeds) == 10
-  assert training.augment_seed(3, 2, '0') == training.augment_seed(3, 2, '0')
+  assert sampling.augment_seed(3, 2, '0') == sampling.augment_seed(3, 2, '0')
 
 
 # ------------------------------------------------------- EMNIST autoencoder

@@ -66,12 +66,31 @@ def test_specific_flags_are_derived_from_the_specs():
       'server_adaptive_lr': {'nastya'}, 'client_lr_milestones': {'nastya', 'fedrr'}}
 
 
-def test_every_spec_names_a_module_that_builds_it():
+def test_every_spec_names_a_config_and_a_builder_of_its_module():
   import importlib
+  import inspect
   from tff_algos import registry
   for spec in registry.ALGORITHMS.values():
     module = importlib.import_module(spec.module)
-    assert callable(module.config_from_hparams) and callable(module.build_from_hparams)
+    config_class = getattr(module, spec.config)
+    assert inspect.signature(config_class.from_hparams).bind(HParams(), **spec.config_args)
+    assert list(inspect.signature(getattr(module, spec.builder)).parameters)[:3] == [
+        'model_fn', 'config', 'name'], spec.name
+    one_pass = spec.name in ('nastya', 'fedrr')  # they take no --local_steps
+    hp = HParams() if one_pass else HParams(local_steps=2)
+    unset = {f.name for f in dataclasses.fields(HParams)} - {'local_steps'}
+    assert isinstance(registry.config(spec.name, registry.with_defaults(spec.name, hp, unset)),
+                      config_class)
+
+
+def test_a_spec_config_arg_tells_algorithms_of_one_config_apart():
+  from tff_algos import registry
+  hp = HParams(local_steps=3)
+  assert registry.config('reptile', hp).theta == (1.0, 1.0, 1.0)
+  assert registry.config('fomaml', hp).theta == (0.0, 0.0, 1.0)
+  assert registry.config('mimexlite', registry.with_defaults(
+      'mimexlite', hp, {'client_optimizer'})).gradient == 'one_batch'
+  assert registry.config('fedavg', HParams()).mu == 0.0  # --prox_mu is FedProx's
 
 
 # Parses a bad command line as the trainer does and validates it; prints the
@@ -96,6 +115,7 @@ print('tensorflow' in sys.modules, 'tensorflow_federated' in sys.modules)
     ('--algorithm=fedrr --server_learning_rate=2', 'fedrr has no server step'),
     ('--algorithm=mfl --client_optimizer=yogi', 'MFL averages client optimiser state'),
     ('--algorithm=kmaml --client_optimizer=adam', 'kmaml does not use --client_optimizer'),
+    ('--algorithm=fednova --server_optimizer=adam', 'fednova does not use --server_optimizer'),
 ])
 def test_bad_algorithm_flags_are_answered_without_tensorflow(argv, message):
   import subprocess

@@ -16,7 +16,7 @@ from experiments.configs import paper003
 from tasks import feddyn_data
 from tasks import stacked_logistic
 from tasks.registry import TaskOptions
-from tff_algos import feddyn, fedopt, fedprox, metrics_tables, scaffold, training
+from tff_algos import feddyn, fedopt, fedprox, metrics_tables, sampling, scaffold, training
 from tff_algos.core import lanes as lanes_lib
 from tff_algos.core import optimizers
 from tff_algos.core.lanes import Lanes
@@ -115,24 +115,24 @@ def test_settings_with_equal_device_sizes_share_one_run():
 
 def test_participation_each_client_with_probability_p_redrawn_if_none():
   ids = [str(i) for i in range(20)]
-  draws = [training.sample_participants(ids, 0.1, 3, t) for t in range(2000)]
+  draws = [sampling.sample_participants(ids, 0.1, 3, t) for t in range(2000)]
   assert all(draws)  # never empty
-  assert draws[5] == training.sample_participants(ids, 0.1, 3, 5)  # pure in (seed, t)
-  assert draws[5] != training.sample_participants(ids, 0.1, 4, 5) or \
-      draws[6] != training.sample_participants(ids, 0.1, 4, 6)
+  assert draws[5] == sampling.sample_participants(ids, 0.1, 3, 5)  # pure in (seed, t)
+  assert draws[5] != sampling.sample_participants(ids, 0.1, 4, 5) or \
+      draws[6] != sampling.sample_participants(ids, 0.1, 4, 6)
   # E|S| given non-empty: 20 * 0.1 / (1 - 0.9^20) = 2.28
   assert np.mean([len(d) for d in draws]) == pytest.approx(2.28, rel=0.05)
   counts = np.bincount([int(c) for d in draws for c in d], minlength=20)
   assert counts.min() > 0.6 * counts.mean()  # every client takes part
-  assert len(training.sample_participants(ids, 1e-6, 0, 0)) >= 1
+  assert len(sampling.sample_participants(ids, 1e-6, 0, 0)) >= 1
 
 
 def test_participation_option_defaults_to_the_fixed_cohort():
   ids = [str(i) for i in range(20)]
   fixed = training.RunConfig(total_rounds=1, clients_per_round=3, seed=2)
-  assert training.draw_cohort(ids, fixed, 7) == training.sample_clients(ids, 3, 2, 7)
+  assert sampling.draw_cohort(ids, fixed, 7) == sampling.sample_clients(ids, 3, 2, 7)
   bern = dataclasses.replace(fixed, participation_prob=0.3)
-  assert training.draw_cohort(ids, bern, 7) == training.sample_participants(ids, 0.3, 2, 7)
+  assert sampling.draw_cohort(ids, bern, 7) == sampling.sample_participants(ids, 0.3, 2, 7)
   with pytest.raises(ValueError, match='participation_prob'):
     training.RunConfig(total_rounds=1, clients_per_round=1, participation_prob=1.5)
 

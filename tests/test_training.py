@@ -10,7 +10,7 @@ import pytest
 
 from processes import run_crashed_then_resumed
 from tasks import TaskOptions, get_task
-from tff_algos import fedopt, training
+from tff_algos import fedopt, sampling, training
 from tff_algos.core import optimizers
 from tff_algos.errors import UserError
 
@@ -166,10 +166,10 @@ def test_too_many_clients_per_round_rejected(task, algorithm):
 
 def test_sampling_is_without_replacement_and_seeded():
   ids = [str(i) for i in range(50)]
-  a = training.sample_clients(ids, 10, seed=3, round_num=7)
+  a = sampling.sample_clients(ids, 10, seed=3, round_num=7)
   assert len(set(a)) == 10
-  assert a == training.sample_clients(ids, 10, seed=3, round_num=7)
-  assert a != training.sample_clients(ids, 10, seed=3, round_num=8)
+  assert a == sampling.sample_clients(ids, 10, seed=3, round_num=7)
+  assert a != sampling.sample_clients(ids, 10, seed=3, round_num=8)
 
 
 def test_periodic_eval_can_use_a_fixed_sample_and_final_eval_uses_all(task, algorithm):

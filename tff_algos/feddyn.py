@@ -125,7 +125,8 @@ def server_update(config: FedDynConfig, server_weights, h, delta_sum, num_client
   return theta, h
 
 
-def _fns(config: FedDynConfig) -> stateful_process.StatefulFns:
+def _feddyn_round_parts(config: FedDynConfig) -> stateful_process.StatefulFns:
+  """FedDyn's server and client steps of the stateful round (see the module docstring)."""
   sgd = tff.learning.optimizers.build_sgdm(config.client_learning_rate)
 
   def server_init(weights):
@@ -169,16 +170,7 @@ def build_feddyn(model_fn: Callable[[], tff.learning.models.VariableModel],
   # Per parameter and step: SGD's 2 plus the gradient correction
   # - g_k + alpha (theta - theta_srv): 4 more (paper 004 App. B's counting).
   return algorithm_lib.build_stateful_algorithm(
-      name, model_fn, config.client_schedule(), _fns(config), optimizer_flops_per_param=6.0,
+      name, model_fn, config.client_schedule(), _feddyn_round_parts(config),
+      optimizer_flops_per_param=6.0,
       report_device_average=config.report_device_average,
       needs_mean_examples=config.adaptive_alpha)
-
-
-# Trainer integration (the flag rules: `flag_rules.feddyn`).
-def config_from_hparams(name: str, hp: HParams) -> FedDynConfig:
-  del name
-  return FedDynConfig.from_hparams(hp)
-
-
-def build_from_hparams(name: str, model_fn, hp: HParams) -> FederatedAlgorithm:
-  return build_feddyn(model_fn, FedDynConfig.from_hparams(hp), name)

@@ -130,12 +130,3 @@ def gbo_optimizer(hp: HParams, what: str) -> gbo_optimizers.GBOOptimizer:
   return gbo_optimizers.build(hp.client_optimizer, beta_1=beta_1, beta_2=hp.client_beta_2,
                               epsilon=hp.client_epsilon,
                               reference_conventions=hp.gbo_reference_conventions)
-
-
-def config_from_hparams(name: str, hp: HParams) -> FedGBOConfig:
-  del name
-  return FedGBOConfig.from_hparams(hp)
-
-
-def build_from_hparams(name: str, model_fn, hp: HParams) -> FederatedAlgorithm:
-  return build_fedgbo(model_fn, FedGBOConfig.from_hparams(hp), name)

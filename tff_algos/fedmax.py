@@ -141,13 +141,3 @@ def _keras_of(model: tff.learning.models.VariableModel) -> tf.keras.Model:
     raise ValueError('FedMAX needs a Keras-backed model '
                      '(tff.learning.models.from_keras_model)')
   return keras_model
-
-
-# Trainer integration: flag values (HParams) -> config, in one place.
-def config_from_hparams(name: str, hp: HParams) -> FedMaxConfig:
-  del name
-  return FedMaxConfig.from_hparams(hp)
-
-
-def build_from_hparams(name: str, model_fn, hp: HParams) -> FederatedAlgorithm:
-  return build_fedmax(model_fn, FedMaxConfig.from_hparams(hp), name)

@@ -79,15 +79,19 @@ def initial_weights_computation(model_fn) -> tff.Computation:
   return initial_weights
 
 
-def client_work(model_fn, config: FedOptConfig, correction=None) -> client_work_lib.ClientWork:
+def client_work(model_fn, config: FedOptConfig, correction=None,
+                output_fn: client_work_lib.ClientOutputFn = client_work_lib.model_delta,
+                ) -> client_work_lib.ClientWork:
   """FedOpt's client work: ClientOpt under the round schedule, weighted by n_i
   (or 1), the local gradient changed by `correction` (x_t -> correction_fn,
-  e.g. FedProx's) and then clipped and decayed as the config says."""
+  e.g. FedProx's) and then clipped and decayed as the config says; clients
+  upload `output_fn(outcome, hparams)` (the delta x_t - y_K; FedNova's d_i)."""
   return client_work_lib.build_client_work(
       model_fn, config.client_optimizer.build(), config.client_schedule(),
       client_weighting=(tff.learning.ClientWeighting.UNIFORM
                         if config.uniform_weighting else
                         tff.learning.ClientWeighting.NUM_EXAMPLES),
+      output_fn=output_fn,
       correction=local_training.regularized(correction, config.weight_decay,
                                             config.clip_norm))
 
@@ -128,27 +132,24 @@ def compose(name: str, model_fn, work: client_work_lib.ClientWork,
       traffic=accounting.client_traffic(work.client_computation, weights_type))
 
 
-def build_fedsgd(model_fn, server_optimizer: optimizers.OptimizerSpec =
-                 optimizers.OptimizerSpec('sgd', 0.1),
-                 server_lr_decay: float = 1.0) -> FederatedAlgorithm:
+@dataclasses.dataclass(frozen=True)
+class FedSGDConfig:
+  """FedSGD's server step: eta_t = eta d_eta^t of any server optimiser."""
+  server_optimizer: optimizers.OptimizerSpec = optimizers.OptimizerSpec('sgd', 0.1)
+  server_lr_decay: float = 1.0
+
+  def __post_init__(self):
+    schedules.ExponentialDecay(self.server_optimizer.learning_rate, self.server_lr_decay)
+
+  @classmethod
+  def from_hparams(cls, hp: HParams) -> 'FedSGDConfig':
+    return cls(server_optimizer=hp.server_optimizer_spec(), server_lr_decay=hp.server_lr_decay)
+
+
+def build_fedsgd(model_fn, config: FedSGDConfig = FedSGDConfig(),
+                 name: str = 'fedsgd') -> FederatedAlgorithm:
   """FedSGD: one local step of plain SGD at gamma = 1 (Delta_i = g_i)."""
-  config = FedOptConfig(client_optimizer=optimizers.OptimizerSpec('sgd', 1.0),
-                        server_optimizer=server_optimizer, local_steps=1,
-                        server_lr_decay=server_lr_decay)
-  return build_fedopt(model_fn, config, name='fedsgd')
-
-
-# Trainer integration: flag values (HParams) -> config, in one place.
-def config_from_hparams(name: str, hp: HParams):
-  """FedSGD's server schedule; FedAvg's config (its registry entry builds it in
-  `fedprox`, which adds the device-average option)."""
-  if name == 'fedsgd':
-    return schedules.ExponentialDecay(hp.server_optimizer_spec().learning_rate,
-                                      hp.server_lr_decay)
-  return FedOptConfig.from_hparams(hp)
-
-
-def build_from_hparams(name: str, model_fn, hp: HParams) -> FederatedAlgorithm:
-  if name == 'fedsgd':
-    return build_fedsgd(model_fn, hp.server_optimizer_spec(), hp.server_lr_decay)
-  return build_fedopt(model_fn, FedOptConfig.from_hparams(hp), name=name)
+  fedopt_config = FedOptConfig(client_optimizer=optimizers.OptimizerSpec('sgd', 1.0),
+                               server_optimizer=config.server_optimizer, local_steps=1,
+                               server_lr_decay=config.server_lr_decay)
+  return build_fedopt(model_fn, fedopt_config, name=name)

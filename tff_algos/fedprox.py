@@ -150,15 +150,13 @@ def build_fedprox(model_fn: Callable[[], tff.learning.models.VariableModel],
       algorithm, compute=accounting.ComputeModel(optimizer_flops_per_param=5.0))
 
 
-# Trainer integration: flag values (HParams) -> config, in one place. FedAvg
-# is FedOpt, or FedProx with mu = 0 when it reports the device average.
-def config_from_hparams(name: str, hp: HParams):
-  if name == 'fedavg' and not hp.report_device_average:
-    return fedopt.config_from_hparams(name, hp)
-  return FedProxConfig.from_hparams(hp, mu=0.0 if name == 'fedavg' else None)
-
-
-def build_from_hparams(name: str, model_fn, hp: HParams) -> FederatedAlgorithm:
-  if name == 'fedavg' and not hp.report_device_average:
-    return fedopt.build_from_hparams(name, model_fn, hp)
-  return build_fedprox(model_fn, config_from_hparams(name, hp), name)
+def build_fedavg(model_fn: Callable[[], tff.learning.models.VariableModel],
+                 config: FedProxConfig = FedProxConfig(mu=0.0),
+                 name: str = 'fedavg') -> FederatedAlgorithm:
+  """FedAvg as the trainer runs it: FedOpt (`fedopt.build_fedopt`), or FedProx
+  with mu = 0 when it reports the device average."""
+  if config.mu:
+    raise ValueError(f'FedAvg is FedProx with mu = 0, got mu = {config.mu}')
+  if config.report_device_average:
+    return build_device_average(model_fn, config, name)
+  return fedopt.build_fedopt(model_fn, config.fedopt, name=name)

@@ -87,6 +87,13 @@ def mfl(hp: HParams) -> None:
   client_schedule(hp)
 
 
+def fednova(hp: HParams) -> None:
+  keep_defaults('fednova', hp, CLIENT_SGD + ('server_optimizer', 'server_momentum',
+                                             'uniform_weighting'),
+                'fednova runs plain SGD on clients and server, clients weighted by n_i')
+  client_schedule(hp)
+
+
 def mime(name: str):
   def check(hp: HParams) -> None:
     keep_defaults(name, hp, ('server_lr_decay',), f'{name} has no server decay')

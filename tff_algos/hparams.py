@@ -9,7 +9,7 @@ algorithm needs a new knob. This module imports no TensorFlow.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 from tff_algos.core import optimizers
 
@@ -126,12 +126,16 @@ class HParams:
 class AlgorithmSpec:
   """One algorithm of the trainer: what the registry knows without TensorFlow.
 
-  `module` (imported only to build) defines `config_from_hparams(name, hp)`
-  and `build_from_hparams(name, model_fn, hp)`.
+  `module` (imported only to check the config or build) defines the class
+  named `config`, whose `config.from_hparams(hp, **config_args)` makes the
+  algorithm's config from the flag values (and checks them), and the function
+  named `builder`, called as `builder(model_fn, config, name)`.
   """
   name: str
   module: str
   description: str
+  config: str
+  builder: str
   # Algorithm-specific flags it reads; an algorithm whose spec does not list a
   # flag that some other spec lists refuses it.
   reads: frozenset[str] = frozenset()
@@ -141,3 +145,6 @@ class AlgorithmSpec:
   # The algorithm's own defaults: names of the flags left unset -> {flag: value}
   # for those where the generic default is not the paper's (or does not run).
   defaults: Optional[Callable[[frozenset[str]], dict[str, Any]]] = None
+  # Keyword arguments of `config.from_hparams` that tell this algorithm from
+  # others sharing its config class (a Theta preset, Mime's gradient, ...).
+  config_args: Mapping[str, Any] = dataclasses.field(default_factory=dict)

@@ -223,33 +223,30 @@ def build_local_update(model_fn, config: LocalUpdateConfig,
                         config.server_optimizer.build(), _aggregator())
 
 
-def build_local_update_decay(model_fn, config: LocalUpdateConfig,
-                             decay: DecayConfig = DecayConfig(),
+@dataclasses.dataclass(frozen=True)
+class LocalUpdateDecayConfig:
+  """LocalUpdateDecay: LocalUpdate's round under the plateau rule `decay`."""
+  update: LocalUpdateConfig
+  decay: DecayConfig = DecayConfig()
+
+  def __post_init__(self):
+    self.plateau_schedule()  # checks the two plateau rules
+
+  @classmethod
+  def from_hparams(cls, hp: HParams) -> 'LocalUpdateDecayConfig':
+    return cls(LocalUpdateConfig.from_hparams(hp), DecayConfig.from_hparams(hp))
+
+  def plateau_schedule(self) -> PlateauSchedule:
+    update, decay = self.update, self.decay
+    return PlateauSchedule(
+        client=decay.plateau(update.client_learning_rate, decay.client_decay),
+        server=decay.plateau(update.server_optimizer.learning_rate, decay.server_decay),
+        num_steps=len(update.theta))
+
+
+def build_local_update_decay(model_fn, config: LocalUpdateDecayConfig,
                              name: str = 'local_update_decay') -> FederatedAlgorithm:
-  schedule = PlateauSchedule(
-      client=decay.plateau(config.client_learning_rate, decay.client_decay),
-      server=decay.plateau(config.server_optimizer.learning_rate, decay.server_decay),
-      num_steps=len(config.theta))
-  return fedopt.compose(name, model_fn, _client_work(model_fn, config, schedule, True),
-                        config.server_optimizer.build(), _aggregator())
-
-
-# Trainer integration (the flag rules: `flag_rules.local_update`).
-_PRESETS = ('reptile', 'fomaml', 'kmaml', 'minibatch_sgd')
-
-
-def config_from_hparams(name: str, hp: HParams) -> LocalUpdateConfig:
-  """LocalUpdate's config: the named preset's Theta, or --theta."""
-  config = LocalUpdateConfig.from_hparams(hp, name if name in _PRESETS else None)
-  if name == 'local_update_decay':
-    decay = DecayConfig.from_hparams(hp)
-    decay.plateau(config.client_learning_rate, decay.client_decay)
-    decay.plateau(config.server_optimizer.learning_rate, decay.server_decay)
-  return config
-
-
-def build_from_hparams(name: str, model_fn, hp: HParams):
-  config = config_from_hparams(name, hp)
-  if name == 'local_update_decay':
-    return build_local_update_decay(model_fn, config, DecayConfig.from_hparams(hp))
-  return build_local_update(model_fn, config, name)
+  update = config.update
+  return fedopt.compose(name, model_fn,
+                        _client_work(model_fn, update, config.plateau_schedule(), True),
+                        update.server_optimizer.build(), _aggregator())

@@ -148,13 +148,3 @@ def build_mfl(model_fn: Callable[[], tff.learning.models.VariableModel],
   algorithm = fedopt.compose(name, model_fn, work, optimizers.OptimizerSpec('sgd', 1.0).build())
   return dataclasses.replace(algorithm, compute=accounting.ComputeModel(
       optimizer_flops_per_param=config.flops_per_param()))
-
-
-# Trainer integration (the flag rules: `flag_rules.mfl`).
-def config_from_hparams(name: str, hp: HParams) -> MFLConfig:
-  del name
-  return MFLConfig.from_hparams(hp)
-
-
-def build_from_hparams(name: str, model_fn, hp: HParams) -> FederatedAlgorithm:
-  return build_mfl(model_fn, MFLConfig.from_hparams(hp), name)

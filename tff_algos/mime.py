@@ -130,12 +130,3 @@ def build_mime(model_fn: Callable[[], tff.learning.models.VariableModel],
   algorithm = fedopt.compose(name, model_fn, work, config.server_optimizer.build())
   return dataclasses.replace(algorithm, compute=accounting.ComputeModel(
       optimizer_flops_per_param=rule.flops_fixed, extra_gradient=config.gradient))
-
-
-# Trainer integration (the flag rules: `flag_rules.mime`).
-def config_from_hparams(name: str, hp: HParams) -> MimeConfig:
-  return MimeConfig.from_hparams(hp, ONE_BATCH if name == 'mimexlite' else FULL_BATCH)
-
-
-def build_from_hparams(name: str, model_fn, hp: HParams) -> FederatedAlgorithm:
-  return build_mime(model_fn, config_from_hparams(name, hp), name)

@@ -131,30 +131,19 @@ def build_nastya(model_fn: Callable[[], tff.learning.models.VariableModel],
 
 
 def build_fedrr(model_fn: Callable[[], tff.learning.models.VariableModel],
-                client_learning_rate: float, client_lr_decay: float = 1.0,
-                name: str = 'fedrr',
-                client_lr_milestones: tuple[int, ...] = ()) -> FederatedAlgorithm:
+                config: NastyaConfig = NastyaConfig(),
+                name: str = 'fedrr') -> FederatedAlgorithm:
   """FedRR: x_{t+1} = mean_i y_{n_i}^i (Nastya with eta_i = gamma n_i per client).
 
-  Clients send gamma n_i g_i = x_t - y_{n_i}; the server takes an SGD step of 1.
+  Clients send gamma n_i g_i = x_t - y_{n_i}; the server takes an SGD step of
+  1. It reads the config's client step (gamma, its decay or milestones); its
+  server step must be left at SGD 1.
   """
-  config = NastyaConfig(client_learning_rate=client_learning_rate,
-                        client_lr_decay=client_lr_decay,
-                        client_lr_milestones=client_lr_milestones)
+  server = config.server_optimizer
+  if (config.adaptive_server_lr or config.server_lr_decay != 1.0 or server.name != 'sgd'
+      or server.learning_rate != 1.0 or server.get('momentum')):
+    raise ValueError('FedRR has no server step of its own (eta_i = gamma n_i); use '
+                     'Nastya for a server step size or optimizer')
   return fedopt.compose(name, model_fn,
                         _client_work(model_fn, config, client_work_lib.model_delta),
                         optimizers.OptimizerSpec('sgd', 1.0).build())
-
-
-# Trainer integration (the flag rules: `flag_rules.nastya`).
-def config_from_hparams(name: str, hp: HParams) -> NastyaConfig:
-  del name
-  return NastyaConfig.from_hparams(hp)
-
-
-def build_from_hparams(name: str, model_fn, hp: HParams) -> FederatedAlgorithm:
-  config = NastyaConfig.from_hparams(hp)
-  if name == 'fedrr':
-    return build_fedrr(model_fn, config.client_learning_rate, config.client_lr_decay,
-                       client_lr_milestones=config.client_lr_milestones)
-  return build_nastya(model_fn, config, name)

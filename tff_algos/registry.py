@@ -2,9 +2,9 @@
 
 This module imports no TensorFlow: names, flag rules and defaults are answered
 at once; an algorithm's module is imported only to check its config or build
-it. Adding an algorithm: its module (config with `from_hparams`,
-`config_from_hparams`, `build_from_hparams`), one `AlgorithmSpec` below and
-its test (see the README).
+it. Adding an algorithm: its module (a config class with `from_hparams(hp)`
+and a builder `build_<name>(model_fn, config, name)`), one `AlgorithmSpec`
+below naming them, and its test (see the README).
 """
 
 from __future__ import annotations
@@ -26,56 +26,69 @@ _NASTYA = 'Nastya (paper 001): one RR/SO pass at gamma, g_i = delta/(gamma n_i),
           'eta (or adam..., --server_adaptive_lr); uniform mean'
 
 
-def _local_update(name: str, description: str) -> AlgorithmSpec:
-  return AlgorithmSpec(name, 'tff_algos.local_update', description,
-                       check=rules.local_update(name))
+def _local_update(name: str, description: str, preset: bool = True) -> AlgorithmSpec:
+  """LocalUpdate with the Theta preset `name` (`preset`), or --theta."""
+  return AlgorithmSpec(name, 'tff_algos.local_update', description, 'LocalUpdateConfig',
+                       'build_local_update', check=rules.local_update(name),
+                       config_args={'theta': name} if preset else {})
 
 
 _SPECS = (
     AlgorithmSpec('fedavg', 'tff_algos.fedprox', 'FedAvg/FedOpt: K steps or E epochs, any '
-                  'server optimizer', _DEVICE_AVERAGE, rules.client_schedule),
+                  'server optimizer', 'FedProxConfig', 'build_fedavg', _DEVICE_AVERAGE,
+                  rules.client_schedule, config_args={'mu': 0.0}),
     AlgorithmSpec('fedsgd', 'tff_algos.fedopt', 'FedSGD: one gradient per client, server '
-                  'optimizer step'),
+                  'optimizer step', 'FedSGDConfig', 'build_fedsgd'),
     _local_update('local_update', 'LocalUpdate with --theta (preset or weights), server '
-                  'optimizer'),
+                  'optimizer', preset=False),
     _local_update('reptile', 'LocalUpdate, Theta_{1:K}: FedAvg/Reptile (q in gradient units)'),
     _local_update('fomaml', 'LocalUpdate, Theta_K: first-order MAML'),
     _local_update('kmaml', 'LocalUpdate, Theta_{2K+1}: K-MAML'),
     _local_update('minibatch_sgd', 'LocalUpdate, Theta_1: distributed minibatch SGD'),
-    _local_update('local_update_decay', 'LocalUpdateDecay: plateau decay of gamma and eta on '
-                  'the pre-training loss'),
-    AlgorithmSpec('nastya', 'tff_algos.nastya', _NASTYA,
+    AlgorithmSpec('local_update_decay', 'tff_algos.local_update', 'LocalUpdateDecay: plateau '
+                  'decay of gamma and eta on the pre-training loss', 'LocalUpdateDecayConfig',
+                  'build_local_update_decay', check=rules.local_update('local_update_decay')),
+    AlgorithmSpec('nastya', 'tff_algos.nastya', _NASTYA, 'NastyaConfig', 'build_nastya',
                   frozenset({'server_adaptive_lr', 'client_lr_milestones'}),
                   rules.nastya('nastya')),
     AlgorithmSpec('fedrr', 'tff_algos.nastya', 'FedRR: one RR/SO pass at gamma, server '
-                  'averages the local models (Nastya with eta = gamma n)',
-                  frozenset({'client_lr_milestones'}), rules.nastya('fedrr')),
+                  'averages the local models (Nastya with eta = gamma n)', 'NastyaConfig',
+                  'build_fedrr', frozenset({'client_lr_milestones'}), rules.nastya('fedrr')),
     AlgorithmSpec('feddyn', 'tff_algos.feddyn', 'FedDyn (paper 003): dynamic regulariser '
                   'alpha, per-client state grad L_k (disk-backed store), server h',
+                  'FedDynConfig', 'build_feddyn',
                   _DEVICE_AVERAGE | {'feddyn_alpha', 'feddyn_adaptive_alpha',
                                      'feddyn_weight_decay_form'}, rules.feddyn),
     AlgorithmSpec('scaffold', 'tff_algos.scaffold', 'SCAFFOLD (option II): control variates '
                   'c, c_i (disk-backed store), global step eta_g = --server_learning_rate',
+                  'ScaffoldConfig', 'build_scaffold',
                   _DEVICE_AVERAGE | {'scaffold_reference_conventions'}, rules.scaffold),
     AlgorithmSpec('fedprox', 'tff_algos.fedprox', 'FedProx: FedAvg/FedOpt with proximal term '
                   'mu/2 ||theta - x_t||^2 (--prox_mu); K steps or E epochs, any server '
-                  'optimizer', _DEVICE_AVERAGE | {'prox_mu'}, rules.client_schedule),
+                  'optimizer', 'FedProxConfig', 'build_fedprox', _DEVICE_AVERAGE | {'prox_mu'},
+                  rules.client_schedule),
+    AlgorithmSpec('fednova', 'tff_algos.fednova', 'FedNova (recipe example): local SGD '
+                  'updates normalised by their steps tau_i, server step eta tau_eff',
+                  'FedNovaConfig', 'build_fednova', check=rules.fednova),
     AlgorithmSpec('fedmax', 'tff_algos.fedmax', 'FedMAX: FedAvg + beta KL(softmax(penultimate) '
-                  '|| uniform)', _LOCAL_STEP_REGULARIZATION | {'fedmax_beta',
-                                                               'fedmax_reference_kl'},
+                  '|| uniform)', 'FedMaxConfig', 'build_fedmax',
+                  _LOCAL_STEP_REGULARIZATION | {'fedmax_beta', 'fedmax_reference_kl'},
                   rules.client_schedule),
     AlgorithmSpec('fedgbo', 'tff_algos.fedgbo', 'FedGBO (paper 004): client sgdm/rmsprop/adam '
                   'with global statistics fixed during K local steps, tracked by the inverse '
-                  'step', _GBO, rules.fedgbo, rules.paper_defaults),
+                  'step', 'FedGBOConfig', 'build_fedgbo', _GBO, rules.fedgbo,
+                  rules.paper_defaults),
     AlgorithmSpec('mfl', 'tff_algos.mfl', 'MFL: client sgdm/rmsprop/adam from the global '
-                  'state; models and optimiser states averaged', _GBO, rules.mfl,
-                  rules.paper_defaults),
+                  'state; models and optimiser states averaged', 'MFLConfig', 'build_mfl',
+                  _GBO, rules.mfl, rules.paper_defaults),
     AlgorithmSpec('mimelite', 'tff_algos.mime', 'Mimelite: fixed global statistics tracked '
-                  'with full-batch client gradients at x_t (uploads x and grad f)', _GBO,
-                  rules.mime('mimelite'), rules.paper_defaults),
+                  'with full-batch client gradients at x_t (uploads x and grad f)',
+                  'MimeConfig', 'build_mime', _GBO, rules.mime('mimelite'),
+                  rules.paper_defaults, config_args={'gradient': 'full_batch'}),
     AlgorithmSpec('mimexlite', 'tff_algos.mime', 'MimeXlite (paper 004): Mimelite with one '
-                  'minibatch gradient at x_t', _GBO, rules.mime('mimexlite'),
-                  rules.paper_defaults),
+                  'minibatch gradient at x_t', 'MimeConfig', 'build_mime', _GBO,
+                  rules.mime('mimexlite'), rules.paper_defaults,
+                  config_args={'gradient': 'one_batch'}),
 )
 
 ALGORITHMS: dict[str, AlgorithmSpec] = {spec.name: spec for spec in _SPECS}
@@ -155,14 +168,20 @@ def _module(spec: AlgorithmSpec):
   return importlib.import_module(spec.module)
 
 
-def check(name: str, hp: HParams) -> AlgorithmSpec:
-  """All checks, the config's included (imports the algorithm's module, so
-  TensorFlow); raises ValueError before any tracing."""
+def config(name: str, hp: HParams):
+  """`name`'s config from `hp`, after the checks without TensorFlow
+  (imports the algorithm's module, so TensorFlow; raises ValueError)."""
   spec = check_flags(name, hp)
-  _module(spec).config_from_hparams(name, hp)
-  return spec
+  return getattr(_module(spec), spec.config).from_hparams(hp, **spec.config_args)
+
+
+def check(name: str, hp: HParams) -> AlgorithmSpec:
+  """All checks, the config's included; raises ValueError before any tracing."""
+  config(name, hp)
+  return get(name)
 
 
 def build(name: str, model_fn, hp: HParams) -> FederatedAlgorithm:
-  spec = check(name, hp)
-  return _module(spec).build_from_hparams(name, model_fn, hp)
+  """`spec.builder(model_fn, config, name)` of `name`'s spec, checked first."""
+  spec = get(name)
+  return getattr(_module(spec), spec.builder)(model_fn, config(name, hp), name)

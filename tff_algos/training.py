@@ -44,11 +44,6 @@ MetricsCSV = run_outputs.MetricsCSV  # metrics.csv's writer
 # At most this many client datasets are kept between rounds (a client's
 # dataset holds its examples as tensors).
 MAX_KEPT_DATASETS = 20_000
-sample_clients = sampling.sample_clients
-sample_participants = sampling.sample_participants
-draw_cohort = sampling.draw_cohort
-shuffle_seed = sampling.shuffle_seed
-augment_seed = sampling.augment_seed
 
 
 

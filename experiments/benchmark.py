@@ -23,8 +23,9 @@ object (it also names the backend and the devices used).
 Every measurement runs on the backend chosen by --backend / --workers (see
 `tff_algos/runtime`); the pure-TF floor always runs in this process, i.e. on
 the GPU when TensorFlow sees one. (c) covers every algorithm of
-`tff_algos.registry` with default hyperparameters and K=10 local steps;
---quick measures 1 round after 1 warm-up round for those. The JSON also
+`tff_algos.registry` with default hyperparameters and K=10 local steps,
+over our FedAvg with the same client optimiser (those that need Adam over a
+FedAvg running Adam); --quick measures 1 round after 1 warm-up round for those. The JSON also
 holds the per-repetition ratios of (a), the wall seconds of each part, and
 (a) split in two: the same clients' loops in plain TF (one tf.function call
 per client, no TFF) over the floor, and our round over those.
@@ -243,44 +244,77 @@ def _measure_round_costs(result: dict, ctx, rounds: int, phase_done) -> None:
   phase_done('fixed_cost')
 
 
+def algorithm_rounds(name: str, task, data: list, candidates) -> tuple['_Rounds', object]:
+  """The registry's `name` built with the first of `candidates` (HParams) it
+  accepts, as `_Rounds` on `data` (with fresh client states if it keeps them),
+  and that candidate."""
+  from tff_algos import registry
+  from tff_algos.core import stateful_process
+  error = None
+  for hp in candidates:
+    try:
+      alg = registry.build(name, task.model_fn, hp)
+      break
+    except ValueError as e:
+      error = e
+  else:
+    raise error
+  if not getattr(alg, 'stateful_clients', False):
+    return _Rounds(alg.process, data), hp
+  state = alg.process.initialize(stateful_process.population_of(
+      task, alg.process.needs_mean_examples))
+  return _Rounds(alg.process, data,
+                 [alg.process.initial_client_state(state)] * len(data)).start(state), hp
+
+
 def _per_algorithm(result: dict, task, data: list, fedavg, rounds: int) -> None:
-  """(c) every algorithm of the registry on the same clients, over our FedAvg."""
+  """(c) every algorithm of the registry on the same clients, over our FedAvg
+  with the same client optimiser (like with like).
+
+  Algorithms that need a client optimiser with statistics (FedGBO, MFL,
+  Mimelite, MimeXlite reject plain SGD) run Adam; they are compared with our
+  FedAvg running TFF's Adam at the same learning rate, and their ratio over
+  the SGD FedAvg is kept too (`per_algorithm_vs_sgd_fedavg`): Adam's own
+  update costs ~1.3x SGD's per local step on this CNN (`experiments.step_cost`).
+  """
+  from tff_algos import fedopt
   from tff_algos import registry
   from tff_algos.hparams import HParams
-  from tff_algos.core import stateful_process
+  from tff_algos.core import optimizers
   result['per_algorithm'] = {'fedavg': 1.0}
+  result['per_algorithm_baseline'] = {}
+  result['per_algorithm_vs_sgd_fedavg'] = {}
   result['per_algorithm_not_run'] = {}
+  adam = HParams(client_optimizer='adam', client_learning_rate=0.01, local_steps=STEPS)
   candidates = (  # K=10 SGD steps; else one epoch (fedrr, nastya); else Adam (mime, mfl)
       HParams(client_learning_rate=0.1, local_steps=STEPS),
-      HParams(client_learning_rate=0.1),
-      HParams(client_optimizer='adam', client_learning_rate=0.01, local_steps=STEPS))
+      HParams(client_learning_rate=0.1), adam)
+  fedavg_adam = None
   for name in sorted(registry.ALGORITHMS):
     if name == 'fedavg' or (FLAGS.algorithms is not None and name not in FLAGS.algorithms):
       continue
     try:
-      alg, error = None, None
-      for hp in candidates:
-        try:
-          alg = registry.build(name, task.model_fn, hp)
-          break
-        except ValueError as e:
-          error = e
-      if alg is None:
-        raise error
-      if getattr(alg, 'stateful_clients', False):
-        state = alg.process.initialize(stateful_process.population_of(
-            task, alg.process.needs_mean_examples))
-        other = _Rounds(alg.process, data,
-                        [alg.process.initial_client_state(state)] * CLIENTS).start(state)
-      else:
-        other = _Rounds(alg.process, data)
+      other, hp = algorithm_rounds(name, task, data, candidates)
+      baseline = fedavg
+      if hp is adam:
+        if fedavg_adam is None:
+          fedavg_adam = _Rounds(fedopt.build_fedopt(task.model_fn, fedopt.FedOptConfig(
+              client_optimizer=optimizers.OptimizerSpec('adam', adam.client_learning_rate),
+              local_steps=STEPS)).process, data)
+          fedavg_adam.time(1 if FLAGS.quick else 2)  # warm-up
+        baseline = fedavg_adam
       other.time(1 if FLAGS.quick else 2)  # warm-up
       # Each of its rounds next to one of FedAvg's (see above).
-      ratios = [other.time() / fedavg.time() for _ in range(1 if FLAGS.quick else rounds)]
+      times = np.array([(other.time(), baseline.time(),
+                         fedavg.time() if baseline is not fedavg else np.nan)
+                        for _ in range(1 if FLAGS.quick else rounds)])
     except Exception as e:  # pylint: disable=broad-except
       result['per_algorithm_not_run'][name] = f'{type(e).__name__}: {e}'[:200]
       continue
-    result['per_algorithm'][name] = float(np.median(ratios))
+    result['per_algorithm'][name] = float(np.median(times[:, 0] / times[:, 1]))
+    if baseline is not fedavg:
+      result['per_algorithm_baseline'][name] = 'fedavg with client adam'
+      result['per_algorithm_vs_sgd_fedavg'][name] = float(np.median(times[:, 0] / times[:, 2]))
 
 
 def _peak_memory(result: dict, ctx) -> None:
@@ -358,7 +392,10 @@ def _print_a_to_f(result: dict) -> None:
         f"vs TFF built-in {result['ratio_vs_tff_builtin']:.2f}x (target <= 1.0); "
         f"fixed cost {result['fixed_ms_per_round']:.0f} ms/round (target <= 20)")
   for name, r in result['per_algorithm'].items():
-    print(f'  {name:24s} {r:.2f}x FedAvg')
+    over = result['per_algorithm_baseline'].get(name)
+    print(f'  {name:24s} {r:.2f}x FedAvg' + (
+        '' if over is None else f' (over {over}; '
+        f"{result['per_algorithm_vs_sgd_fedavg'][name]:.2f}x the SGD FedAvg)"))
   for name, err in result['per_algorithm_not_run'].items():
     print(f'  {name:24s} not run: {err}')
   print('  scaling: ' + ', '.join(f'{m} clients {s:.3f} s' for m, s in result['scaling'].items()))

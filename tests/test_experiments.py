@@ -87,6 +87,11 @@ def test_benchmark_prints_the_ratio_json():
   assert set(ratios) | set(js['per_algorithm_not_run']) == set(registry.ALGORITHMS)
   assert ratios['fedsgd'] < 0.6 * ratios['fedavg']
   assert ratios['mimelite'] > 1.2 * ratios['fedavg']
+  # Those that need Adam are timed over a FedAvg running Adam (like with like),
+  # their ratio over the SGD FedAvg kept beside.
+  assert js['per_algorithm_baseline']['mimelite'] == 'fedavg with client adam'
+  assert set(js['per_algorithm_vs_sgd_fedavg']) == set(js['per_algorithm_baseline'])
+  assert 'fedprox' not in js['per_algorithm_baseline']
   # (h) the trainer end to end: the longer run took longer, and the marginal
   # round cost and start-up reproduce the measured run lengths.
   runs = {int(n): t for n, t in js['trainer_run_seconds'].items()}

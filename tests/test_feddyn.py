@@ -245,3 +245,52 @@ def test_feddyn_resume_is_exact_even_after_rounds_past_the_checkpoint(
   assert any(np.abs(rows[c][0]).max() > 1e-4 for c in sampled)
   never = set(ids) - sampled
   assert never and all(np.all(rows[c][0] == 0) for c in never)
+
+
+def test_without_adaptive_alpha_the_client_trains_on_its_first_reshuffle():
+  """alpha_k = alpha needs no n_k, so no counting pass runs before training: on
+  a dataset reshuffled at every pass, the client's one epoch is the FIRST
+  order. From g_k = 0 that epoch equals FedProx's with mu = alpha (same
+  arithmetic, g - 0 + alpha (theta - theta_t)), run on a fresh copy of the
+  dataset; a counting pass would have left training the second order."""
+  import tensorflow as tf
+  import tensorflow_federated as tff
+  from least_squares import LeastSquaresModel
+  from tff_algos import fedprox
+  from tff_algos.core import local_training
+
+  rng = np.random.default_rng(0)
+  x, y = rng.normal(size=(8, 3)).astype(np.float32), rng.normal(size=8).astype(np.float32)
+  alpha, gamma = 0.5, 0.1
+  hparams = dict(learning_rate=tf.constant(gamma), num_steps=tf.constant(-1),
+                 num_epochs=tf.constant(1))
+
+  def dataset():  # built inside each function: a fresh reshuffling sequence
+    return tf.data.Dataset.from_tensor_slices(dict(x=x, y=y)).shuffle(
+        8, seed=1, reshuffle_each_iteration=True).batch(2)
+
+  def start():
+    model = LeastSquaresModel(3)
+    return model, tff.learning.models.ModelWeights(
+        trainable=[tf.constant([0.3, -0.2, 0.1])], non_trainable=[])
+
+  model, w0 = start()
+  fns = feddyn._fns(feddyn.FedDynConfig(alpha=alpha, client_learning_rate=gamma))
+  dyn = tf.function(lambda: fns.client_update(
+      model, w0, hparams, dataset(), [tf.zeros(3)], tf.constant(4.0)).upload)()
+
+  def prox_epoch(skip_a_pass):
+    prox_model, _ = start()
+
+    @tf.function
+    def run():
+      ds = dataset()
+      if skip_a_pass:
+        local_training.count_examples(ds)
+      return local_training.run_scheduled(
+          prox_model, tff.learning.optimizers.build_sgdm(gamma), hparams, w0, ds,
+          correction_fn=fedprox.proximal_correction(alpha)(w0)).delta
+    return -np.asarray(run()[0])
+
+  np.testing.assert_array_equal(np.asarray(dyn[0]), prox_epoch(skip_a_pass=False))
+  assert not np.allclose(np.asarray(dyn[0]), prox_epoch(skip_a_pass=True))

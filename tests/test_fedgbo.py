@@ -146,6 +146,35 @@ def test_inverse_step_recovers_average_local_gradient(task, name, lr, reference,
   assert np.abs(np.concatenate([np.ravel(x) for x in stats[opt.statistic_names[0]]])).max() > 1e-4
 
 
+@pytest.mark.parametrize('name,reference', [
+    ('sgdm', False), ('rmsprop', False), ('adam', False), ('adam', True)])
+@pytest.mark.parametrize('count', [0, 3])
+def test_fixed_statistics_step_is_u_with_the_statistics_prepared_once(name, reference, count):
+  """FixedStatistics prepares s_t once (Adam: m-hat, sqrt(v-hat) + eps) and
+  then applies y <- y - U(eta, g, s_t) at every step, its state unchanged:
+  numpy's U (Table II, bias correction included; identity preconditioner at
+  t = 0) on two different gradients."""
+  opt = gbo_optimizers.build(name, reference_conventions=reference)
+  rng = np.random.default_rng(count)
+  shapes = [(4, 3), (3,)]
+  stats = {'count': count}
+  for k in opt.statistic_names:
+    stats[k] = [np.abs(rng.normal(size=s)).astype(np.float32) for s in shapes]
+  tf_stats = {k: v if k == 'count' else tuple(tf.constant(x) for x in v)
+              for k, v in stats.items()}
+  tf_stats['count'] = tf.constant(count)
+  fixed = gbo_optimizers.FixedStatistics(opt, tf_stats, learning_rate=0.05)
+  state = fixed.initialize(None)
+  weights = tuple(tf.constant(rng.normal(size=s).astype(np.float32)) for s in shapes)
+  for _ in range(2):
+    grads = [rng.normal(size=s).astype(np.float32) for s in shapes]
+    state, new = fixed.next(state, weights, tuple(tf.constant(g) for g in grads))
+    expected = [w.numpy() - u for w, u in zip(weights, _np_step(name, opt, 0.05, grads, stats))]
+    for got, want in zip(new, expected):
+      np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    weights = new
+
+
 def test_diverging_clients_leave_model_and_statistics_unchanged(task):
   """An infinite step makes every client non-finite: each gets weight 0, and
   neither x_t nor the statistics (nor their count) move."""

@@ -102,10 +102,16 @@ def local_gradient(config: FedDynConfig, grads, weights, server_weights, g_k,
                                         config.weight_decay)
 
 
-def client_alpha(config: FedDynConfig, num_examples, mean_examples):
-  """alpha_k = alpha / (n_k / mean n) (reference code) or alpha."""
+def client_alpha(config: FedDynConfig, count_examples, mean_examples):
+  """alpha_k = alpha / (n_k / mean n) (reference code) or alpha.
+
+  `count_examples()` gives n_k; it is called only with adaptive_alpha: the
+  count is a pass over the client's data, which then also takes the first of
+  its reshuffled epochs, so training would see epochs 2..E+1.
+  """
   if not config.adaptive_alpha:
     return tf.constant(config.alpha, tf.float32)
+  num_examples = count_examples()
   return config.alpha * tf.cast(mean_examples, tf.float32) / tf.maximum(
       tf.cast(num_examples, tf.float32), 1.0)
 
@@ -139,7 +145,7 @@ def _feddyn_round_parts(config: FedDynConfig) -> stateful_process.StatefulFns:
   def client_update(model, server_weights, hparams, dataset, g_k, mean_examples):
     g_k = list(g_k)
     theta_srv = list(server_weights.trainable)
-    alpha_k = client_alpha(config, local_training.count_examples(dataset),
+    alpha_k = client_alpha(config, lambda: local_training.count_examples(dataset),
                            mean_examples)
 
     def correction(weights, grads):

@@ -66,11 +66,19 @@ def _map(fn, first, *rest):
   return tf.nest.pack_sequence_as(first, [fn(*xs) for xs in leaves])
 
 
-def _debias(value, beta, count, at_zero):
-  """value / (1 - beta^t) for t >= 1; `at_zero` (a constant) for t = 0."""
-  t = tf.cast(count, value.dtype)
-  corrected = value / (1.0 - tf.pow(tf.constant(beta, value.dtype), t))
-  return tf.where(count > 0, corrected, tf.fill(tf.shape(value), tf.cast(at_zero, value.dtype)))
+def _debiased(values, beta, count, at_zero):
+  """values / (1 - beta^t) for t >= 1; `at_zero` (a constant) for t = 0.
+
+  One branch runs (a cond on the scalar t), not both and a select: at every
+  local step of MFL that saved a fill and a select per statistic tensor.
+  """
+  def corrected():
+    return _map(lambda x: x / (1.0 - tf.pow(tf.constant(beta, x.dtype),
+                                            tf.cast(count, x.dtype))), values)
+
+  def initial():
+    return _map(lambda x: tf.fill(tf.shape(x), tf.cast(at_zero, x.dtype)), values)
+  return tf.cond(count > 0, corrected, initial)
 
 
 class GBOOptimizer(abc.ABC):
@@ -93,9 +101,15 @@ class GBOOptimizer(abc.ABC):
     del name
     return 0.0
 
+  def prepare(self, stats):
+    """s in the form U uses it (RMSProp: sqrt(v-hat) + eps; Adam: m-hat and
+    sqrt(v-hat) + eps). `FixedStatistics` computes it once per client, not at
+    every local step: s_t does not change during local training."""
+    return stats
+
   @abc.abstractmethod
-  def update(self, learning_rate, grads, stats):
-    """U(eta, g, s): the step subtracted from the weights (s fixed)."""
+  def update(self, learning_rate, grads, prepared):
+    """U(eta, g, s), given prepared = prepare(s): the step subtracted from the weights."""
 
   @abc.abstractmethod
   def inverse(self, delta, stats, learning_rate, num_steps):
@@ -121,9 +135,9 @@ class SGDm(GBOOptimizer):
   def __post_init__(self):
     _check_beta('SGDm beta', self.beta)
 
-  def update(self, learning_rate, grads, stats):
+  def update(self, learning_rate, grads, prepared):
     b = self.beta
-    return _map(lambda g, m: learning_rate * (b * m + (1.0 - b) * g), grads, stats['m'])
+    return _map(lambda g, m: learning_rate * (b * m + (1.0 - b) * g), grads, prepared['m'])
 
   def inverse(self, delta, stats, learning_rate, num_steps):
     b, k = self.beta, tf.cast(num_steps, tf.float32)
@@ -158,18 +172,19 @@ class RMSProp(GBOOptimizer):
   def initial_value(self, name):
     return self.initial_v
 
-  def _denominator(self, stats):
+  def prepare(self, stats):
     v = stats['v']
     if self.bias_correction:
-      v = _map(lambda x: _debias(x, self.beta, stats['count'], 1.0), v)
-    return _map(lambda x: tf.sqrt(x) + self.epsilon, v)
+      v = _debiased(v, self.beta, stats['count'], 1.0)
+    return collections.OrderedDict(denominator=_map(lambda x: tf.sqrt(x) + self.epsilon, v))
 
-  def update(self, learning_rate, grads, stats):
-    return _map(lambda g, d: learning_rate * g / d, grads, self._denominator(stats))
+  def update(self, learning_rate, grads, prepared):
+    return _map(lambda g, d: learning_rate * g / d, grads, prepared['denominator'])
 
   def inverse(self, delta, stats, learning_rate, num_steps):
     k = tf.cast(num_steps, tf.float32)
-    return _map(lambda x, d: x * d / (learning_rate * k), delta, self._denominator(stats))
+    return _map(lambda x, d: x * d / (learning_rate * k), delta,
+                self.prepare(stats)['denominator'])
 
   def track(self, stats, grads):
     b = self.beta
@@ -178,7 +193,7 @@ class RMSProp(GBOOptimizer):
         v=_map(lambda v, g: b * v + (1.0 - b) * tf.square(g), stats['v'], grads))
 
   def moving_update(self, learning_rate, grads, stats):
-    return self.update(learning_rate, grads, stats)
+    return self.update(learning_rate, grads, self.prepare(stats))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -201,25 +216,23 @@ class Adam(GBOOptimizer):
   def initial_value(self, name):
     return self.initial_v if name == 'v' else 0.0
 
-  def _moments(self, stats):
+  def prepare(self, stats):
     m, v = stats['m'], stats['v']
     if self.bias_correction:
-      count = stats['count']
-      m = _map(lambda x: _debias(x, self.beta_1, count, 0.0), m)
-      v = _map(lambda x: _debias(x, self.beta_2, count, 1.0), v)
-    return m, _map(lambda x: tf.sqrt(x) + self.epsilon, v)
+      m = _debiased(m, self.beta_1, stats['count'], 0.0)
+      v = _debiased(v, self.beta_2, stats['count'], 1.0)
+    return collections.OrderedDict(m=m, denominator=_map(lambda x: tf.sqrt(x) + self.epsilon, v))
 
-  def update(self, learning_rate, grads, stats):
+  def update(self, learning_rate, grads, prepared):
     b1 = self.beta_1
-    m, denominator = self._moments(stats)
     return _map(lambda g, m, d: learning_rate * (b1 * m + (1.0 - b1) * g) / d,
-                grads, m, denominator)
+                grads, prepared['m'], prepared['denominator'])
 
   def inverse(self, delta, stats, learning_rate, num_steps):
     b1, k = self.beta_1, tf.cast(num_steps, tf.float32)
-    m, denominator = self._moments(stats)
+    p = self.prepare(stats)
     return _map(lambda x, m, d: (x * d / (learning_rate * k) - b1 * m) / (1.0 - b1),
-                delta, m, denominator)
+                delta, p['m'], p['denominator'])
 
   def track(self, stats, grads):
     b1, b2 = self.beta_1, self.beta_2
@@ -230,8 +243,8 @@ class Adam(GBOOptimizer):
 
   def moving_update(self, learning_rate, grads, stats):
     del grads  # in m already
-    m, denominator = self._moments(stats)
-    return _map(lambda m, d: learning_rate * m / d, m, denominator)
+    p = self.prepare(stats)
+    return _map(lambda m, d: learning_rate * m / d, p['m'], p['denominator'])
 
 
 def _check_beta(what, beta):
@@ -294,7 +307,9 @@ class FixedStatistics(_LearningRateOptimizer):
   """U as a TFF optimiser: state = learning rate + the fixed statistics s_t.
 
   `next` applies y <- y - U(eta, g, s) and returns the state unchanged (the
-  statistics are fixed during local training), as TFF's Mime Lite does.
+  statistics are fixed during local training), as TFF's Mime Lite does. The
+  state holds s_t as U uses it (`prepare`, once per client: Adam's
+  bias-corrected moments and sqrt(v-hat) + eps are loop-invariant).
   """
 
   def __init__(self, rule: GBOOptimizer, statistics: Any, learning_rate: float = 0.1):
@@ -306,14 +321,10 @@ class FixedStatistics(_LearningRateOptimizer):
     del specs
     return collections.OrderedDict(
         learning_rate=tf.constant(self._learning_rate, tf.float32),
-        statistics=self._statistics)
+        statistics=self._rule.prepare(self._statistics))
 
   def next(self, state, weights, gradients):
-    stats = state['statistics']
-    structure = lambda s: tf.nest.pack_sequence_as(weights, tf.nest.flatten(s))
-    stats = collections.OrderedDict(
-        (k, v if k == 'count' else structure(v)) for k, v in stats.items())
-    step = self._rule.update(state['learning_rate'], gradients, stats)
+    step = self._rule.update(state['learning_rate'], gradients, state['statistics'])
     return state, _map(tf.subtract, weights, step)
 
 

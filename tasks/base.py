@@ -47,6 +47,11 @@ class Task:
   def client_ids(self) -> list[str]:
     return list(self.train_data.client_ids)
 
+  @property
+  def uses_shuffle_seed(self) -> bool:
+    """Whether `client_dataset`'s `shuffle_seed` can change what it gives."""
+    return self.shuffle
+
   def client_dataset(self, client_id: str, shuffle_seed: Optional[int] = None,
                      reshuffle_each_epoch: bool = True,
                      augment_seed: Optional[int] = None) -> tf.data.Dataset:

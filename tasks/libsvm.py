@@ -313,6 +313,10 @@ class WithReplacementTask(base.Task):
   stays reproducible. Needs `train_data.client_arrays` (`ArrayClientData`).
   """
 
+  @property
+  def uses_shuffle_seed(self) -> bool:
+    return True  # it seeds the draw
+
   def client_dataset(self, client_id: str, shuffle_seed: Optional[int] = None,
                      reshuffle_each_epoch: bool = True,
                      augment_seed: Optional[int] = None) -> tf.data.Dataset:

@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 from tasks import TaskOptions, get_task
-from tff_algos import registry, run_dir, training
+from tff_algos import registry, run_dir, run_outputs, training
 from tff_algos.core import crash_points
 from tff_algos.errors import UserError
 from tff_algos.hparams import HParams
@@ -88,6 +88,35 @@ def metrics(path):
   return [{k: v for k, v in r.items() if k != 'round_time_s'} for r in rows]
 
 
+def tensorboard_values(path):
+  """(step, tag) -> value of every scalar in the run's event files; a repeated
+  (step, tag) fails."""
+  import tensorflow as tf
+  from tensorflow.core.util import event_pb2
+  values = {}
+  for events in sorted((path / 'tb').glob('events.out.tfevents.*')):
+    for record in tf.data.TFRecordDataset(str(events)):
+      event = event_pb2.Event.FromString(record.numpy())
+      for value in event.summary.value:
+        key = (event.step, value.tag)
+        assert key not in values, f'{key} logged twice'
+        values[key] = float(tf.make_ndarray(value.tensor))
+  return values
+
+
+def assert_tensorboard_has_every_row_once(out, reference):
+  """TensorBoard holds each of the reference run's metrics rows exactly once,
+  with its values (as float32; round_time_s is wall time and differs), even
+  where `out`'s metrics.csv lost rows."""
+  _, rows = run_dir.read_metrics_csv(str(reference / 'metrics.csv'))
+  expected = {(int(r['round']), k): float(np.float32(float(v)))
+              for r in rows for k, v in r.items() if k != 'round' and v != ''}
+  found = tensorboard_values(out)
+  assert sorted(found) == sorted(expected)
+  keys = [k for k in sorted(expected) if k[1] != 'round_time_s']
+  np.testing.assert_array_equal([found[k] for k in keys], [expected[k] for k in keys])
+
+
 def summary(path):
   with open(path / 'summary.json') as f:
     s = json.load(f)
@@ -112,6 +141,7 @@ def assert_same_model(runs, name, out, result=None):
   for row in metrics(out):
     assert row == ref_rows[row['round']]
   assert summary(out) == summary(full)
+  assert_tensorboard_has_every_row_once(out, full)
 
 
 def _truncate(path, keep_bytes):
@@ -126,7 +156,7 @@ def _flip_byte(path, offset):
 
 
 def _variables(out, round_num):
-  return next((out / 'checkpoints' / f'round_{round_num}' / 'variables').glob('*.data-*'))
+  return out / 'checkpoints' / f'round_{round_num}' / run_outputs.STATE_FILE
 
 
 # -- kill mid-round and resume ------------------------------------------------
@@ -166,7 +196,7 @@ def test_every_file_of_a_checkpoint_is_vouched_for(runs, algorithms, task, tmp_p
                                                    capsys):
   ckpt = runs['fedavg'][2] / 'checkpoints' / 'round_4'
   files = sorted(str(p.relative_to(ckpt)) for p in ckpt.rglob('*') if p.is_file())
-  assert len(files) >= 3  # saved_model.pb, variables index and data, ...
+  assert files == [run_outputs.STATE_FILE]
   for i, name in enumerate(files):
     out = damaged_copy(runs, 'fedavg', tmp_path / str(i))
     _flip_byte(out / 'checkpoints' / 'round_4' / name, 0)
@@ -181,7 +211,7 @@ def test_no_intact_checkpoint_is_refused_naming_the_files(runs, algorithms, task
   _truncate(_variables(out, 4), 10)
   _flip_byte(_variables(out, 2), 3)
   with pytest.raises(UserError, match=r'no intact checkpoint .*round 4 has a damaged '
-                     r'.*round_4/variables/variables.data.*round 2 .*--restart'):
+                     r'.*round_4/state.npz.*round 2 .*--restart'):
     resume(algorithms, task, 'fedavg', out)
 
 
@@ -210,6 +240,29 @@ def test_an_unreadable_manifest_is_refused(runs, algorithms, task, tmp_path):
   (out / run_dir.MANIFEST_FILE).write_text('{"4": ')
   with pytest.raises(UserError, match='checkpoints.json is unreadable'):
     resume(algorithms, task, 'fedavg', out)
+
+
+def test_a_checkpoint_saved_as_a_savedmodel_resumes_exactly(runs, algorithms, task,
+                                                            tmp_path):
+  # Earlier versions saved the state with TFF's FileProgramStateManager (a
+  # SavedModel); their runs must still resume, bit-identically.
+  import asyncio
+  import tensorflow_federated as tff
+  out = damaged_copy(runs, 'feddyn', tmp_path)
+  template, _ = training._initial_state(algorithms['feddyn'], task, config(None), None)
+  ours = run_outputs.StateManager(str(out / 'checkpoints'), prefix='round_')
+  state = asyncio.run(ours.load(4, template))
+  legacy = tff.program.FileProgramStateManager(str(tmp_path / 'legacy'), prefix='round_')
+  asyncio.run(legacy.save(state, 4))
+  shutil.rmtree(out / 'checkpoints' / 'round_4')
+  shutil.copytree(tmp_path / 'legacy' / 'round_4', out / 'checkpoints' / 'round_4')
+  assert (out / 'checkpoints' / 'round_4' / 'saved_model.pb').exists()
+  manifest = run_dir.Manifest(str(out))  # its entry vouches for the SavedModel's files
+  entry = {k: v for k, v in manifest.entries[4].items() if k != 'files'}
+  manifest.record(4, entry, list(manifest.entries))
+  result = resume(algorithms, task, 'feddyn', out)
+  assert result.resumed_from == 4
+  assert_same_model(runs, 'feddyn', out, result)
 
 
 # -- checkpoints lost, metrics kept: refuse, or --restart ----------------------
@@ -411,6 +464,7 @@ def assert_same_as(reference, out, algorithm):
     np.testing.assert_array_equal(saved[key], ref[key])
   assert metrics(out) == metrics(reference)
   assert summary(out) == summary(reference)
+  assert_tensorboard_has_every_row_once(out, reference)
   if algorithm == 'feddyn':
     assert (out / 'client_state' / 'rows.f32').read_bytes() == \
         (reference / 'client_state' / 'rows.f32').read_bytes()

@@ -229,18 +229,21 @@ class _RoundStep:
     # A client's dataset is the same in every round unless its examples are
     # reshuffled or augmented per round; then it is built once and kept.
     self._keep_datasets = task.augment_fn is None and not (
-        task.shuffle and config.shuffle == 'rr')
+        task.uses_shuffle_seed and config.shuffle == 'rr')
     self._datasets: dict[str, Any] = {}
 
   def _dataset(self, cid: str, round_num: int):
     """Client `cid`'s dataset for round `round_num`."""
     dataset = self._datasets.get(cid)
     if dataset is None:
-      config = self.config
-      dataset = self.task.client_dataset(
-          cid, sampling.shuffle_seed(config.shuffle, config.seed, round_num, cid),
+      config, task = self.config, self.task
+      # The seeds (two generators, ~0.04 ms each) only where the task uses them.
+      dataset = task.client_dataset(
+          cid, sampling.shuffle_seed(config.shuffle, config.seed, round_num, cid)
+          if task.uses_shuffle_seed else None,
           reshuffle_each_epoch=config.shuffle == 'rr',
-          augment_seed=sampling.augment_seed(config.seed, round_num, cid))
+          augment_seed=sampling.augment_seed(config.seed, round_num, cid)
+          if task.augment_fn is not None else None)
       if self._keep_datasets and len(self._datasets) < MAX_KEPT_DATASETS:
         self._datasets[cid] = dataset
     return dataset

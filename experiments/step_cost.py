@@ -22,10 +22,10 @@ from __future__ import annotations
 import collections
 import time
 
-from absl import app
 from absl import flags
 import numpy as np
 
+from experiments import common
 from experiments import runtime_flags
 
 flags.adopt_module_key_flags(runtime_flags)
@@ -169,4 +169,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  app.run(main)
+  common.run(main)

@@ -155,11 +155,32 @@ class LaneQuadraticModel(base.MeanLossMetric, tff.learning.models.VariableModel)
   def forward_pass(self, batch_input, training=True):
     z = batch_input['z'][:, None, :]                          # [B, 1, S]
     active = batch_input['active'][:, :, None]                # [B, L, 1]
-    per_run = active * (0.5 * z * tf.square(self._x) - self._x)  # [B, L, S]
-    loss = tf.reduce_mean(tf.reduce_sum(per_run, axis=[1, 2]))
+    loss = _lane_loss(self._x, z, active)
     n = tf.shape(z)[0]
     self._record_loss(loss * tf.cast(n, tf.float32) / self._num_runs, n)
     return tff.learning.models.BatchOutput(loss=loss, predictions=z, num_examples=n)
+
+
+def _lane_loss(x, z, active):
+  """mean_b sum_{l,s} active (z x^2 / 2 - x), with its gradient in x written
+  out: mean_b active (z x - 1).
+
+  The written-out gradient is 5 TensorFlow ops where autodiff's, with the batch
+  size unknown when tracing, is ~50 (shapes, broadcast-gradient reductions, the
+  mean's tiling): most of a local step of the toy (docs/performance.md). Its
+  values are the same bits for batches of one example (the toy's): autodiff
+  computes ((active * 0.5 z) (2 x)) + (-active), and scaling by 0.5 and 2 is
+  exact in floating point, so both give active * fl(fl(z x) - 1).
+  """
+  @tf.custom_gradient
+  def loss_fn(x):
+    per_run = active * (0.5 * z * tf.square(x) - x)  # [B, L, S]
+    loss = tf.reduce_mean(tf.reduce_sum(per_run, axis=[1, 2]))
+
+    def grad(upstream):
+      return upstream * tf.reduce_mean(active * (z * x - 1.0), axis=0)
+    return loss, grad
+  return loss_fn(x)
 
 
 def lane_client_dataset(z, lane_steps) -> tf.data.Dataset:

@@ -152,3 +152,33 @@ def test_stacked_schedules_equal_separate_runs_and_closed_form():
   expected = _numpy_lanes(names, z, index, rounds, 0.1, eta)
   np.testing.assert_allclose(xs, expected, rtol=0, atol=2e-6)
   assert np.abs(xs[-1] - quadratic.X_INIT).min() > 1e-3  # every lane moved
+
+
+def test_lane_model_gradient_is_autodiffs():
+  """The lane model's written-out gradient (`quadratic._lane_loss`) against
+  autodiff of its loss: the same bits for one-example batches (the toy's), equal
+  to rounding for larger ones, and exactly 0 in inactive lanes."""
+  import tensorflow as tf
+  rng = np.random.default_rng(4)
+  for batch_size in (1, 3):
+    model = quadratic.LaneQuadraticModel(num_lanes=5, num_runs=4)
+    x = rng.uniform(0.2, 0.8, (5, 4)).astype(np.float32)
+    model.trainable_variables[0].assign(x)
+    active = (rng.random((batch_size, 5)) < 0.6).astype(np.float32)
+    active[:, 0], active[:, 1] = 0.0, 1.0
+    batch = dict(z=quadratic.sample_z((batch_size, 4), rng).astype(np.float32), active=active)
+    with tf.GradientTape() as tape:
+      loss = model.forward_pass(batch).loss
+    grad = tape.gradient(loss, model.trainable_variables)[0].numpy()
+    reference = tf.Variable(x)
+    with tf.GradientTape() as tape:
+      per_run = active[:, :, None] * (0.5 * batch['z'][:, None, :] * tf.square(reference)
+                                      - reference)
+      reference_loss = tf.reduce_mean(tf.reduce_sum(per_run, axis=[1, 2]))
+    expected = tape.gradient(reference_loss, reference).numpy()
+    assert loss.numpy() == reference_loss.numpy()
+    if batch_size == 1:
+      np.testing.assert_array_equal(grad, expected)
+    np.testing.assert_allclose(grad, expected, rtol=1e-6, atol=1e-7)
+    np.testing.assert_array_equal(grad[0], 0.0)
+    assert np.abs(grad[1]).min() > 0

@@ -265,8 +265,16 @@ def test_worker_processes_give_the_searches_of_one_process():
                             ((('paper', 1.2), ('own', 1.0)),) * 2, 6, 0.1)
            for m in ('feddyn', 'scaffold')]
   options = dict(backend='inprocess', workers=None, concurrent_clients=None)
-  with runtime.managed_context(backend='inprocess'):
-    here = {u.method: found for u, (found, _) in table6_grid.run_units(units, grid, 1, options)}
+  # This process's default context may be another backend's (the workers get
+  # the in-process one): the in-process context on top of it, as test_bit_identical.
+  from tensorflow_federated.python.core.impl.context_stack import context_stack_impl
+  managed = runtime.ManagedContext(backend='inprocess')
+  try:
+    with context_stack_impl.context_stack.install(managed.context):
+      here = {u.method: found
+              for u, (found, _) in table6_grid.run_units(units, grid, 1, options)}
+  finally:
+    managed.close()
   there = {u.method: found for u, (found, _) in table6_grid.run_units(units, grid, 2, options)}
   assert any(s.best_round for found in here.values() for s in found)  # targets reached
   for method, found in here.items():

@@ -94,7 +94,7 @@ def settings_from_flags() -> dict:
     raise ValueError('--epochs and --scaffold_steps must be >= 1')
   if not 0 < FLAGS.participation_prob <= 1:
     raise ValueError('--participation_prob must be in (0, 1]')
-  out['jobs'] = os.cpu_count() or 1 if FLAGS.jobs is None else FLAGS.jobs
+  out['jobs'] = (os.cpu_count() or 1) if FLAGS.jobs is None else FLAGS.jobs
   if out['jobs'] < 1:
     raise ValueError('--jobs must be >= 1')
   runtime_flags.check()
@@ -257,7 +257,7 @@ def main(argv):
                        scaffold_steps=settings['scaffold_steps'])
   t0, c0 = time.perf_counter(), _cpu_seconds()
   goals = targets(settings, grid.weight_decay)
-  optimum_s, optimum_cpu_s = time.perf_counter() - t0, time.process_time() - c0
+  optimum_s, optimum_cpu_s = time.perf_counter() - t0, _cpu_seconds() - c0
   print(f'optima: {optimum_s:.1f} s wall, {optimum_cpu_s:.1f} s CPU', file=sys.stderr,
         flush=True)
   with runtime_flags.managed_context():

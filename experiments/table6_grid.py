@@ -24,7 +24,6 @@ from typing import Optional, Sequence
 
 import numpy as np
 from scipy import optimize
-import tensorflow as tf
 
 from tasks import feddyn_data
 from tasks import stacked_logistic
@@ -277,11 +276,9 @@ def init_worker(runtime_options: dict) -> None:
   """A worker process of `run_units`: quiet logs and the chosen TFF backend as
   its default context, stopped when the process exits."""
   import atexit  # pylint: disable=g-import-not-at-top
-  import logging  # pylint: disable=g-import-not-at-top
-  from absl import logging as absl_logging  # pylint: disable=g-import-not-at-top
+  from experiments import common  # pylint: disable=g-import-not-at-top
   from tff_algos import runtime  # pylint: disable=g-import-not-at-top
-  absl_logging.set_verbosity(absl_logging.WARNING)
-  tf.get_logger().setLevel(logging.ERROR)
+  common.quiet_logs()
   runtime.install(backend=runtime_options['backend'], workers=runtime_options['workers'],
                   concurrent_clients=runtime_options['concurrent_clients'])
   atexit.register(runtime.shutdown)

@@ -168,6 +168,53 @@ def test_a_run_that_died_mid_round_resumes_exactly(runs, algorithms, task, tmp_p
   assert_same_model(runs, name, out, result)
 
 
+# -- Ctrl-C during a checkpoint's write -----------------------------------------
+@pytest.mark.parametrize('name', ALGORITHMS)
+def test_ctrl_c_while_a_checkpoint_is_written_keeps_it(runs, algorithms, task, tmp_path,
+                                                        monkeypatch, name):
+  """The signal waits for the checkpoint (state, store and manifest entry):
+  the stop names it, and the resume starts from it, bit-identically."""
+  save = run_outputs.RunOutputs.save
+
+  def interrupted_save(self, state, round_num):
+    if round_num == 4:
+      os.kill(os.getpid(), signal.SIGINT)  # lands inside the write
+    return save(self, state, round_num)
+
+  monkeypatch.setattr(run_outputs.RunOutputs, 'save', interrupted_save)
+  out = tmp_path / 'run'
+  # Python's own Ctrl-C handler: the runtime's would also stop the session's context.
+  previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+  try:
+    with pytest.raises(training.Stopped, match=r'^stopped after round 4; rerun the same '
+                       r'command to resume$'):
+      training.run_training(algorithms[name], task, config(str(out)))
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored
+  finally:
+    signal.signal(signal.SIGINT, previous)
+  monkeypatch.undo()
+  assert run_dir.Manifest(str(out)).damage(4) is None
+  result = resume(algorithms, task, name, out)
+  assert result.resumed_from == 4
+  assert_same_model(runs, name, out, result)
+
+
+def test_signals_deferred_delivers_the_first_signal_at_the_end():
+  seen = []
+  # Python's own Ctrl-C handler: the runtime's would also stop the session's context.
+  previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+  try:
+    with pytest.raises(KeyboardInterrupt):
+      with run_dir.signals_deferred():
+        os.kill(os.getpid(), signal.SIGINT)
+        os.kill(os.getpid(), signal.SIGINT)
+        seen.append('block ran to its end')
+    assert seen == ['block ran to its end']
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+  finally:
+    signal.signal(signal.SIGINT, previous)
+
+
 # -- damaged checkpoints: roll back to the newest intact one -------------------
 @pytest.mark.parametrize('name,damage', [
     ('fedavg', 'truncate'), ('feddyn', 'truncate'), ('fedavg', 'flip'), ('feddyn', 'flip'),

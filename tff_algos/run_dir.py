@@ -13,6 +13,8 @@
   moved aside to `round_N.corrupt` with a one-line notice.
 * `read_metrics_csv`: metrics.csv's rows, refusing a garbage line by number.
 * `clear(out_dir)`: what `--restart` removes.
+* `signals_deferred()`: holds Ctrl-C / SIGTERM back while a checkpoint is
+  written, so a stop never leaves the newest checkpoint cut short.
 
 Every problem a user can fix raises `UserError` with one line.
 """
@@ -27,7 +29,9 @@ import math
 import os
 import re
 import shutil
+import signal
 import sys
+import threading
 import zlib
 from typing import Any, Callable, Iterator, Optional
 
@@ -230,6 +234,37 @@ def _move_aside(out_dir: str, version: int) -> None:
   if os.path.exists(target):
     shutil.rmtree(target)
   os.rename(path, target)
+
+
+@contextlib.contextmanager
+def signals_deferred() -> Iterator[None]:
+  """Defers SIGINT and SIGTERM to the end of the block: there, the first one
+  that arrived goes to the handler that was in place (which may raise
+  KeyboardInterrupt). Only the main thread handles signals; elsewhere nothing
+  changes. (`kill -9` cannot be deferred; the manifest covers it.)"""
+  if threading.current_thread() is not threading.main_thread():
+    yield
+    return
+  pending = []
+  previous = {}
+  for sig in (signal.SIGINT, signal.SIGTERM):
+    handler = signal.getsignal(sig)
+    if handler in (signal.SIG_IGN, None):  # ignored, or set outside Python
+      continue
+    previous[sig] = handler
+    signal.signal(sig, lambda signum, frame: pending.append((signum, frame)))
+  try:
+    yield
+  finally:
+    for sig, handler in previous.items():
+      signal.signal(sig, handler)
+    if pending:
+      signum, frame = pending[0]
+      handler = previous[signum]
+      if callable(handler):
+        handler(signum, frame)
+      else:  # SIG_DFL
+        signal.raise_signal(signum)
 
 
 def read_metrics_csv(path: str) -> tuple[list[str], list[dict[str, str]]]:

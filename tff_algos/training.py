@@ -315,11 +315,12 @@ class _RoundLoop:
           self.round_callback(done, state, row)  # may add columns to the row
         self.history.append(row)
         outputs.record(row)
-        if done % config.rounds_per_checkpoint == 0 or done == config.total_rounds:
-          if outputs.save(state, done):
-            checkpointed = done
-        self._show(row)
         finished = done
+        if done % config.rounds_per_checkpoint == 0 or done == config.total_rounds:
+          with run_dir.signals_deferred():  # a stop never cuts a checkpoint short
+            if outputs.save(state, done):
+              checkpointed = done
+        self._show(row)
         dropped_streak.update(done, m, all_dropped)
     except KeyboardInterrupt as e:
       resume = ('' if checkpointed == finished

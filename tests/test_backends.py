@@ -140,6 +140,31 @@ def _all_ancestors(op) -> set:
   return seen
 
 
+def test_equal_tensorflow_computations_share_one_import(task, client_data):
+  """Two rounds composed into one computation (each round's TensorFlow
+  computations copied into it) import what one round imports, not twice as
+  much, and give the two rounds run one by one, bit for bit."""
+  from tff_algos.runtime import inprocess
+  process = fedavg(task).process
+  state_type, data_type = process.next.type_signature.parameter
+
+  @tff.federated_computation(state_type, data_type)
+  def two_rounds(state, data):
+    return process.next(process.next(state, data).state, data).state
+
+  one, two = [], []
+  with context_stack_impl.context_stack.install(inprocess.create_context(
+      on_new_function=one.append)):
+    state = process.initialize()
+    expected = process.next(process.next(state, client_data).state, client_data).state
+  with context_stack_impl.context_stack.install(inprocess.create_context(
+      on_new_function=two.append)):
+    state = process.initialize()
+    got = two_rounds(state, client_data)
+  assert 0 < len(two) <= len(one)
+  assert_same(got, expected, atol=0)
+
+
 @pytest.mark.parametrize('name', ['fedavg', 'scaffold'])
 def test_concurrent_clients_run_unordered_and_equal_cpp_backend(task, client_data, name,
                                                                 monkeypatch):

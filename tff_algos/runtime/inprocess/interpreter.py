@@ -88,14 +88,22 @@ class Interpreter:
     """The computation imported (once per computation)."""
     key = id(comp)
     entry = self.tf_functions.get(key)
-    if entry is None:
+    if entry is None or entry[0] is not comp:
+      # Equal computations (e.g. each round's copy in a computation that runs
+      # several rounds) share one import: one set of functions to instantiate.
+      content = ('proto', comp.proto.SerializeToString(deterministic=True))
+      entry = self.tf_functions.get(content)
+      if entry is not None:
+        entry = (comp, entry[1])
+        self.tf_functions[key] = entry
+        return entry[1]
       with tf.init_scope():  # imported eagerly, also when met while tracing
         if self.host_datasets and tensorflow_function.takes_datasets(comp.type_signature):
           entry = (comp, TensorFlowFunction(graph_surgery.inline_function_calls(comp).proto,
                                             comp.type_signature, host_datasets=True))
         else:
           entry = (comp, TensorFlowFunction(comp.proto, comp.type_signature))
-      self.tf_functions[key] = entry
+      self.tf_functions[key] = self.tf_functions[content] = entry
       if self._on_new_function is not None:
         self._on_new_function(entry[1])
     return entry[1]

@@ -7,7 +7,8 @@ r"""Hyperparameter grid over the trainer (paper 000 Tables 4-5 style searches).
 Every trainer flag is accepted and gives the base values; `--grid` lists
 `flag=v1,v2,...` groups of trainer flags separated by ';'. Each combination is
 one run in <root_output_dir>/<grid_name>/<combination> (resumable like the
-trainer); all of them run in this one process. A
+trainer); all of them run in this one process, or with `--jobs=N` in N worker
+processes at once (each with the chosen backend; the same models). A
 run's score is the mean of `--select_metric` over the evaluations of its last
 `--select_last_rounds` rounds (paper 000: highest mean test accuracy over the
 last 500 rounds). Prints every run sorted by score, the best per `--group_by`
@@ -16,9 +17,11 @@ value, and writes grid.csv.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import itertools
 import os
+import types
 
 from absl import flags
 import numpy as np
@@ -37,6 +40,10 @@ flags.DEFINE_string('select_metric', 'eval/sparse_categorical_accuracy',
                     'metrics.csv column to score runs by (higher is better).')
 flags.DEFINE_integer('select_last_rounds', 500, 'Score = mean over evals in this many final rounds.')
 flags.DEFINE_list('group_by', [], 'Report the best run for each value of these grid flags.')
+flags.DEFINE_integer('jobs', 1, 'Runs trained at once, each in its own worker process (spawned, '
+                     'with this backend); 1: one after the other in this process. The '
+                     'models do not depend on it. Each process loads TensorFlow and the task.',
+                     lower_bound=1)
 FLAGS = flags.FLAGS
 
 
@@ -85,35 +92,50 @@ def score(rows, metric: str, last_rounds: int) -> float:
   return float(np.mean(values)) if values else float('nan')
 
 
-def run_grid(runs, grid_dir: str, select_metric: str, select_last_rounds: int
-             ) -> list[dict]:
-  """Trains every (combination, TrainerArgs) of `runs` in this process, each in
-  <grid_dir>/<combination>; returns one result row per run (with its final model
+def run_grid(runs, grid_dir: str, select_metric: str, select_last_rounds: int,
+             jobs: int = 1) -> list[dict]:
+  """Trains every (combination, TrainerArgs) of `runs`, each in
+  <grid_dir>/<combination>: in this process, or in `jobs` worker processes;
+  returns one result row per run, in the order of `runs` (with its final model
   weights under 'model_weights')."""
+  work = [dict(index=i, total=len(runs), combo=combo, values=dict(args.values),
+               given=args.given, out_dir=os.path.join(grid_dir, combination_name(combo)),
+               select_metric=select_metric, select_last_rounds=select_last_rounds,
+               # What reads the parsed flags is computed here: workers do not parse them.
+               summary_flags=trainer_flags.flag_values(args),
+               identity=trainer_flags.run_identity(args))
+          for i, (combo, args) in enumerate(runs)]
+  results = [None] * len(work)
+  with (runtime_flags.managed_context() if jobs <= 1 else contextlib.nullcontext()):
+    for index, result in runtime_flags.map_in_processes(_train_one, work, jobs):
+      results[index] = result
+  return results
+
+
+_TASKS: dict = {}  # TaskOptions -> task, per process
+
+
+def _train_one(item: dict) -> tuple[int, dict]:
+  """One combination of `run_grid` (in this process or a worker): (its index, its row)."""
   from tasks import get_task  # pylint: disable=g-import-not-at-top
   from tff_algos import registry, training  # pylint: disable=g-import-not-at-top
-  results = []
-  tasks_cache = {}
-  with runtime_flags.managed_context():
-    for i, (combo, args) in enumerate(runs):
-      options, hp, _ = trainer_flags.validate(args=args)
-      if options not in tasks_cache:
-        tasks_cache[options] = get_task(args.task, options)
-      task = tasks_cache[options]
-      name = combination_name(combo)
-      out_dir = os.path.join(grid_dir, name)
-      print(f'[{i + 1}/{len(runs)}] {name}', flush=True)
-      algorithm = registry.build(args.algorithm, task.model_fn, hp)
-      result = training.run_training(algorithm, task, trainer_flags.run_config(out_dir, args),
-                                     extra_summary={'flags': trainer_flags.flag_values(args),
-                                                    'grid': combo},
-                                     identity=trainer_flags.run_identity(args))
-      rows = report.read_metrics(os.path.join(out_dir, 'metrics.csv'))
-      results.append(dict(combo, score=score(rows, select_metric, select_last_rounds),
-                          client_steps=result.summary['totals']['client_steps'],
-                          upload_bytes=result.summary['totals']['upload_bytes'],
-                          model_weights=result.model_weights))
-  return results
+  args = trainer_flags.TrainerArgs(types.MappingProxyType(item['values']), item['given'])
+  options, hp, _ = trainer_flags.validate(args=args)
+  if options not in _TASKS:
+    _TASKS[options] = get_task(args.task, options)
+  task = _TASKS[options]
+  combo = item['combo']
+  print(f"[{item['index'] + 1}/{item['total']}] {combination_name(combo)}", flush=True)
+  algorithm = registry.build(args.algorithm, task.model_fn, hp)
+  result = training.run_training(algorithm, task, trainer_flags.run_config(item['out_dir'], args),
+                                 extra_summary={'flags': item['summary_flags'], 'grid': combo},
+                                 identity=item['identity'])
+  rows = report.read_metrics(os.path.join(item['out_dir'], 'metrics.csv'))
+  return item['index'], dict(
+      combo, score=score(rows, item['select_metric'], item['select_last_rounds']),
+      client_steps=result.summary['totals']['client_steps'],
+      upload_bytes=result.summary['totals']['upload_bytes'],
+      model_weights=[np.asarray(w) for w in result.model_weights.trainable])
 
 
 def _print_and_write(results: list[dict], keys: list[str], grid_dir: str) -> None:
@@ -154,7 +176,8 @@ def main(argv):
   except (ValueError, flags.Error) as e:
     return common.fail(e)
   grid_dir = os.path.join(args.root_output_dir, FLAGS.grid_name or f'grid_{args.task}')
-  results = run_grid(runs, grid_dir, FLAGS.select_metric, FLAGS.select_last_rounds)
+  results = run_grid(runs, grid_dir, FLAGS.select_metric, FLAGS.select_last_rounds,
+                     FLAGS.jobs)
   _print_and_write(results, [a for a, _ in axes], grid_dir)
   return 0
 

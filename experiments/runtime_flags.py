@@ -17,6 +17,8 @@ on another backend. See `tff_algos/runtime` and docs/performance.md.
 
 from __future__ import annotations
 
+from typing import Any, Callable, Iterable, Iterator, Optional
+
 from absl import flags
 
 flags.DEFINE_enum('backend', 'inprocess', ['inprocess', 'cpp'],
@@ -79,3 +81,37 @@ def managed_context():
   from tff_algos import runtime  # pylint: disable=g-import-not-at-top
   return runtime.managed_context(backend=backend(), workers=workers(),
                                  concurrent_clients=concurrent_clients())
+
+
+def _init_worker(options: dict) -> None:
+  """A process of `map_in_processes`: quiet logs and the backend of `options`
+  as its default TFF context, stopped when the process exits."""
+  import atexit  # pylint: disable=g-import-not-at-top
+  from experiments import common  # pylint: disable=g-import-not-at-top
+  from tff_algos import runtime  # pylint: disable=g-import-not-at-top
+  common.quiet_logs()
+  runtime.install(backend=options['backend'], workers=options['workers'],
+                  concurrent_clients=options['concurrent_clients'])
+  atexit.register(runtime.shutdown)
+
+
+def map_in_processes(fn: Callable[[Any], Any], items: Iterable[Any], jobs: int,
+                     options: Optional[dict] = None) -> Iterator[Any]:
+  """Yields `fn(item)` for every item, as they finish.
+
+  `jobs` <= 1: in this process, in order (its TFF context must be installed).
+  Else in up to `jobs` worker processes, spawned (TensorFlow does not survive
+  a fork), each with the backend of `options` (default: these flags' `values()`)
+  as its context; `fn` must be a module-level function and items and results
+  picklable. The flags are not parsed in a worker: pass what `fn` needs.
+  """
+  items = list(items)
+  if jobs <= 1 or len(items) <= 1:
+    for item in items:
+      yield fn(item)
+    return
+  import multiprocessing  # pylint: disable=g-import-not-at-top
+  context = multiprocessing.get_context('spawn')
+  with context.Pool(min(jobs, len(items)), initializer=_init_worker,
+                    initargs=(options or values(),)) as pool:
+    yield from pool.imap_unordered(fn, items)

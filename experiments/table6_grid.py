@@ -25,6 +25,7 @@ from typing import Optional, Sequence
 import numpy as np
 from scipy import optimize
 
+from experiments import runtime_flags
 from tasks import feddyn_data
 from tasks import stacked_logistic
 from tasks.registry import TaskOptions
@@ -272,18 +273,6 @@ def run_unit(unit: Unit, grid: Grid, progress: bool = False) -> tuple[list, dict
       models_per_round=models_per_round(next(iter(algorithms.values()))))
 
 
-def init_worker(runtime_options: dict) -> None:
-  """A worker process of `run_units`: quiet logs and the chosen TFF backend as
-  its default context, stopped when the process exits."""
-  import atexit  # pylint: disable=g-import-not-at-top
-  from experiments import common  # pylint: disable=g-import-not-at-top
-  from tff_algos import runtime  # pylint: disable=g-import-not-at-top
-  common.quiet_logs()
-  runtime.install(backend=runtime_options['backend'], workers=runtime_options['workers'],
-                  concurrent_clients=runtime_options['concurrent_clients'])
-  atexit.register(runtime.shutdown)
-
-
 def _run_unit_star(args):
   return args[0], run_unit(*args)
 
@@ -292,18 +281,10 @@ def run_units(units: Sequence[Unit], grid: Grid, jobs: int, runtime_options: dic
               progress: bool = False):
   """Yields (unit, (searches, costs)) as units finish: in this process (which
   must have its TFF context installed) when `jobs` is 1, else in `jobs` worker
-  processes (spawned: TensorFlow does not survive a fork), each unit's result
-  the same as in this process."""
-  work = [(unit, grid, progress) for unit in units]
-  if jobs <= 1:
-    for args in work:
-      yield _run_unit_star(args)
-    return
-  import multiprocessing  # pylint: disable=g-import-not-at-top
-  context = multiprocessing.get_context('spawn')
-  with context.Pool(min(jobs, len(work)), initializer=init_worker,
-                    initargs=(runtime_options,)) as pool:
-    yield from pool.imap_unordered(_run_unit_star, work)
+  processes (`runtime_flags.map_in_processes`), each unit's result the same as
+  in this process."""
+  yield from runtime_flags.map_in_processes(
+      _run_unit_star, [(unit, grid, progress) for unit in units], jobs, runtime_options)
 
 
 def _dropped(row: dict, algorithm) -> int:

@@ -98,3 +98,31 @@ def test_a_grid_in_one_process_trains_the_models_of_separate_trainer_runs(tmp_pa
     assert grid.files == alone.files
     for k in grid.files:
       np.testing.assert_allclose(grid[k], alone[k], rtol=0, atol=1e-6)
+
+
+@pytest.mark.timeout(1200)
+def test_a_grid_in_worker_processes_trains_the_models_of_one_process(tmp_path):
+  """--jobs=2: the combinations train in two spawned processes, with the same
+  models, scores and summaries (flags and backend included) as in one."""
+  import json
+  import numpy as np
+  grid = '--grid=client_learning_rate=0.5,0.1;local_steps=1,2'
+  _run('experiments.grid', grid, '--grid_name=one', f'--root_output_dir={tmp_path}')
+  res = _run('experiments.grid', grid, '--grid_name=two', '--jobs=2',
+             f'--root_output_dir={tmp_path}')
+  assert sorted(l.split()[0] for l in res.stdout.splitlines() if l.startswith('[')) == [
+      '[1/4]', '[2/4]', '[3/4]', '[4/4]']
+  runs = sorted(p.name for p in (tmp_path / 'one').iterdir() if p.is_dir())
+  assert len(runs) == 4 and runs == sorted(p.name for p in (tmp_path / 'two').iterdir()
+                                           if p.is_dir())
+  for run in runs:
+    one = np.load(tmp_path / 'one' / run / 'final_weights.npz')
+    two = np.load(tmp_path / 'two' / run / 'final_weights.npz')
+    for k in one.files:
+      np.testing.assert_allclose(two[k], one[k], rtol=0, atol=1e-6)
+    summaries = [json.loads((tmp_path / g / run / 'summary.json').read_text())
+                 for g in ('one', 'two')]
+    assert summaries[0]['flags'] == summaries[1]['flags']
+    assert summaries[0]['grid'] == summaries[1]['grid']
+  tables = [list(csv.DictReader(open(tmp_path / g / 'grid.csv'))) for g in ('one', 'two')]
+  assert tables[0] == tables[1]

@@ -275,7 +275,7 @@ def test_without_adaptive_alpha_the_client_trains_on_its_first_reshuffle():
         trainable=[tf.constant([0.3, -0.2, 0.1])], non_trainable=[])
 
   model, w0 = start()
-  fns = feddyn._feddyn_round_parts(feddyn.FedDynConfig(alpha=alpha, client_learning_rate=gamma))
+  fns = feddyn.stateful_fns(feddyn.FedDynConfig(alpha=alpha, client_learning_rate=gamma))
   dyn = tf.function(lambda: fns.client_update(
       model, w0, hparams, dataset(), [tf.zeros(3)], tf.constant(4.0)).upload)()
 

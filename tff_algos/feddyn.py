@@ -131,7 +131,7 @@ def server_update(config: FedDynConfig, server_weights, h, delta_sum, num_client
   return theta, h
 
 
-def _feddyn_round_parts(config: FedDynConfig) -> stateful_process.StatefulFns:
+def stateful_fns(config: FedDynConfig) -> stateful_process.StatefulFns:
   """FedDyn's server and client steps of the stateful round (see the module docstring)."""
   sgd = tff.learning.optimizers.build_sgdm(config.client_learning_rate)
 
@@ -176,7 +176,7 @@ def build_feddyn(model_fn: Callable[[], tff.learning.models.VariableModel],
   # Per parameter and step: SGD's 2 plus the gradient correction
   # - g_k + alpha (theta - theta_srv): 4 more (paper 004 App. B's counting).
   return algorithm_lib.build_stateful_algorithm(
-      name, model_fn, config.client_schedule(), _feddyn_round_parts(config),
+      name, model_fn, config.client_schedule(), stateful_fns(config),
       optimizer_flops_per_param=6.0,
       report_device_average=config.report_device_average,
       needs_mean_examples=config.adaptive_alpha)

@@ -83,7 +83,7 @@ def proximal_correction(mu: float):
   return correction
 
 
-def _device_average_fns(config: FedProxConfig) -> stateful_process.StatefulFns:
+def stateful_fns(config: FedProxConfig) -> stateful_process.StatefulFns:
   """FedProx's round with a device model per client (see the module docstring)."""
   opt = config.fedopt
   optimizer = opt.client_optimizer.build()
@@ -132,7 +132,7 @@ def build_device_average(model_fn: Callable[[], tff.learning.models.VariableMode
   """FedProx (FedAvg: mu = 0) reporting the average of all device models."""
   weighted = not config.fedopt.uniform_weighting
   return algorithm_lib.build_stateful_algorithm(
-      name, model_fn, config.fedopt.client_schedule(), _device_average_fns(config),
+      name, model_fn, config.fedopt.client_schedule(), stateful_fns(config),
       optimizer_flops_per_param=5.0 if config.mu else 2.0, report_device_average=True,
       weighted_device_average=weighted, needs_mean_examples=weighted)
 

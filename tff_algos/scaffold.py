@@ -105,7 +105,7 @@ def server_update(config: ScaffoldConfig, x, c, dy_sum, dc_sum, num_clients,
   return x, c
 
 
-def _scaffold_round_parts(config: ScaffoldConfig) -> stateful_process.StatefulFns:
+def stateful_fns(config: ScaffoldConfig) -> stateful_process.StatefulFns:
   """SCAFFOLD's server and client steps of the stateful round (see the module docstring)."""
   sgd = tff.learning.optimizers.build_sgdm(config.client_learning_rate)
 
@@ -158,7 +158,7 @@ def build_scaffold(model_fn: Callable[[], tff.learning.models.VariableModel],
   # Per parameter and step: SGD's 2 plus the correction - c_i + c: 2 more
   # (paper 004 App. B's counting).
   return algorithm_lib.build_stateful_algorithm(
-      name, model_fn, config.client_schedule(), _scaffold_round_parts(config),
+      name, model_fn, config.client_schedule(), stateful_fns(config),
       optimizer_flops_per_param=4.0,
       report_device_average=config.report_device_average,
       needs_mean_examples=config.reference_conventions)

@@ -140,6 +140,29 @@ def _all_ancestors(op) -> set:
   return seen
 
 
+def test_inprocess_compiles_each_computation_once(task, client_data, monkeypatch):
+  """Compilations are looked up by the computation's identity (TFF's cache
+  serializes the computation on every call to hash it)."""
+  from tff_algos.runtime import inprocess
+  from tff_algos.runtime.inprocess import executor
+  compiled = []
+  compile_fn = executor.compile_for_inprocess
+  monkeypatch.setattr(executor, 'compile_for_inprocess',
+                      lambda comp: compiled.append(comp) or compile_fn(comp))
+  from tensorflow_federated.python.core.impl.computation import computation_impl
+  hashed = []
+  hash_fn = computation_impl.ConcreteComputation.__hash__
+  monkeypatch.setattr(computation_impl.ConcreteComputation, '__hash__',
+                      lambda comp: hashed.append(comp) or hash_fn(comp))
+  process = fedavg(task).process
+  with context_stack_impl.context_stack.install(inprocess.create_context()):
+    state = process.initialize()
+    for _ in range(3):
+      state = process.next(state, client_data).state
+  assert compiled == [process.initialize, process.next]
+  assert process.next not in hashed
+
+
 def test_equal_tensorflow_computations_share_one_import(task, client_data):
   """Two rounds composed into one computation (each round's TensorFlow
   computations copied into it) import what one round imports, not twice as

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 import tensorflow as tf
 import tensorflow_federated as tff
@@ -177,9 +177,36 @@ def create_context(devices: Optional[list[str]] = None,
     return InProcessExecutor(cardinalities.get(tff.CLIENTS, 0), devices, cache,
                              host_datasets, lanes, on_new_function)
 
-  return sync_execution_context.SyncExecutionContext(
+  context = sync_execution_context.SyncExecutionContext(
       executor_fn=python_executor_stacks.ResourceManagingExecutorFactory(
           executor_stack_fn=stack_fn),
       compiler_fn=compile_for_inprocess,
       transform_args=tensorflow_computation.transform_args,
       transform_result=tensorflow_computation.transform_result)
+  # TFF's pipeline caches compilations by `hash(comp)`, which serializes the
+  # whole computation on every call (0.2 ms for the quadratic toy's round, 0.4
+  # ms for the EMNIST CNN's); this one looks computations up by identity first.
+  async_context = context._async_context  # pylint: disable=protected-access
+  assert hasattr(async_context, '_compiler_pipeline'), 'TFF changed its context'
+  async_context._compiler_pipeline = _IdentityCachedCompiler(compile_for_inprocess)  # pylint: disable=protected-access
+  return context
+
+
+class _IdentityCachedCompiler:
+  """`compiler_fn` cached by the computation's identity (the computation is
+  kept, so its id is not reused), at most `MAX_ENTRIES` computations."""
+
+  MAX_ENTRIES = 256
+
+  def __init__(self, compiler_fn):
+    self._compiler_fn = compiler_fn
+    self._compiled: dict[int, tuple[Any, Any]] = {}
+
+  def compile(self, comp):
+    entry = self._compiled.get(id(comp))
+    if entry is None or entry[0] is not comp:
+      if len(self._compiled) >= self.MAX_ENTRIES:
+        self._compiled.pop(next(iter(self._compiled)))  # the oldest
+      entry = (comp, self._compiler_fn(comp))
+      self._compiled[id(comp)] = entry
+    return entry[1]

@@ -140,6 +140,32 @@ def _all_ancestors(op) -> set:
   return seen
 
 
+def test_inprocess_reads_containers_as_tff_converts_them():
+  """The in-process backend reads a value's containers directly; it gets the
+  elements `structure.from_container` gives, in the type's order."""
+  import collections
+  from tensorflow_federated.python.common_libs import structure
+  from tensorflow_federated.python.core.impl.types import type_conversions
+  from tff_algos.runtime.inprocess import values
+  point = collections.namedtuple('Point', ['y', 'x'])
+  weights = tff.learning.models.ModelWeights(trainable=[np.ones(2, np.float32)],
+                                             non_trainable=[np.zeros(1, np.float32)])
+  cases = [collections.OrderedDict(b=np.int32(1), a=np.float32(2.0)),
+           {'b': np.int32(1), 'a': np.float32(2.0)}, weights, point(np.int32(1), np.float32(2)),
+           [np.int32(1), np.float32(2.0)], (np.int32(1), np.float32(2.0)),
+           {'outer': weights, 'n': np.int32(3)}]
+  for value in cases:
+    type_spec = type_conversions.infer_type(value)
+    got = values.ingest(value, type_spec)
+    expected = structure.from_container(value, recursive=True)
+    flat_got = [np.asarray(x) for x in structure.flatten(got)]
+    flat_expected = [np.asarray(x) for x in structure.flatten(expected)]
+    assert [x.dtype for x in flat_got] == [x.dtype for x in flat_expected], value
+    for x, y in zip(flat_got, flat_expected):
+      np.testing.assert_array_equal(x, y)
+    assert structure.name_list(got) == structure.name_list(expected)
+
+
 def test_inprocess_compiles_each_computation_once(task, client_data, monkeypatch):
   """Compilations are looked up by the computation's identity (TFF's cache
   serializes the computation on every call to hash it)."""

@@ -317,6 +317,20 @@ def test_table6_smoke_prints_both_tables_and_json(tmp_path):
   goal = out['targets']['type3']
   assert goal['own_optimum']['0'] == pytest.approx(goal['optimum']['0'] + goal['distance'])
   assert os.path.exists(os.path.join(tmp_path, 'smoke_seeds1_rounds2', 'result.json'))
+  assert os.path.getsize(os.path.join(tmp_path, 'smoke_seeds1_rounds2', 'table6.png')) > 1000
+
+
+def test_table6_figure_draws_every_setting_reached_or_not(tmp_path):
+  from experiments import table6
+  from experiments.table6_grid import summarise
+  methods = list(table6.PAPER_METHODS)
+  table = {setting: {m: summarise([10.0 * (i + 1), None if i == 3 else 12.0 * (i + 1), 11.0])
+                     for i, m in enumerate(methods)} for setting in ('homogeneous', 'type3')}
+  table['type3']['fedprox'] = summarise([None, None, None])  # never reached
+  path = table6.figure(table, methods, str(tmp_path / 'table6.png'))
+  with open(path, 'rb') as f:
+    assert f.read(8) == b'\x89PNG\r\n\x1a\n'
+  assert os.path.getsize(path) > 10_000
 
 
 def test_table6_bad_flag_is_one_line_and_status_2(tmp_path):

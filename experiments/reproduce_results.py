@@ -230,7 +230,9 @@ def experiment_table(exp: base.Experiment, results_by_scale: dict[str, dict]) ->
       rounds = ','.join(sorted({str(int(v)) for v in result['rounds'].values()
                                 if isinstance(v, (int, float))}))
     value = f'{pub.value:.4g}' + (' (≈, from figure)' if pub.approximate else '')
-    rows.append([exp.name, pub.ref, pub.label or pub.key, value, _fmt(measured),
+    shown = ('not reached' if measured is None and pub.to_target and scale != 'not run'
+             else _fmt(measured))
+    rows.append([exp.name, pub.ref, pub.label or pub.key, value, shown,
                  _fmt(stats.get('std') if stats else None), _interval(stats), _seeds(stats),
                  _inside(stats, pub.value) if measured is not None else '—',
                  _fmt(diff), scale, rounds])

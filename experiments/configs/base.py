@@ -42,6 +42,9 @@ class Published:
   ref: str          # where in the paper: 'Table 2', 'Fig. 3 (left), read off the plot'
   label: str = ''   # row label in the report, default: the key
   approximate: bool = False   # read off a figure rather than printed in a table
+  # A cost until a target is reached (e.g. models to a loss): None, not a
+  # failure, where the run does not reach it (a smoke run, or a slow draw).
+  to_target: bool = False
 
 
 @dataclasses.dataclass(frozen=True)

@@ -435,7 +435,7 @@ TABLE6 = Experiment(
     published=tuple(
         Published(f'table.{setting}.{method}.mean', value, 'Table 6',
                   label=f'{setting}: {method} models to the printed target loss '
-                        '(mean over draws)')
+                        '(mean over draws)', to_target=True)
         for setting, values in zip(_TABLE6_SETTINGS, _TABLE6_MODELS)
         for method, value in zip(ALGORITHMS, values)),
     expected_runtime=('~27 min on 2 CPU cores (measured whole, --jobs=2: 27:02 wall, 46 '

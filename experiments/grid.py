@@ -106,7 +106,8 @@ def run_grid(runs, grid_dir: str, select_metric: str, select_last_rounds: int,
                identity=trainer_flags.run_identity(args))
           for i, (combo, args) in enumerate(runs)]
   results = [None] * len(work)
-  with (runtime_flags.managed_context() if jobs <= 1 else contextlib.nullcontext()):
+  here = jobs <= 1 or len(work) <= 1  # map_in_processes runs these in this process
+  with (runtime_flags.managed_context() if here else contextlib.nullcontext()):
     for index, result in runtime_flags.map_in_processes(_train_one, work, jobs):
       results[index] = result
   return results

@@ -297,10 +297,10 @@ def test_reproduce_lists_table6_with_the_papers_values():
   assert all(p.to_target for p in exp.published)  # not reached is a result, not a failure
 
 
-def _run_binary(tmp_path, *flags):
+def _run_binary(tmp_path, *flags, timeout=1200):
   res = subprocess.run([sys.executable, '-m', 'experiments.table6',
                         f'--output_dir={tmp_path}', *flags], cwd=ROOT,
-                       capture_output=True, text=True, timeout=1200)
+                       capture_output=True, text=True, timeout=timeout)
   assert res.returncode == 0, res.stderr[-3000:]
   return json.loads(res.stdout.strip().splitlines()[-1])
 
@@ -347,8 +347,10 @@ def test_table6_bad_flag_is_one_line_and_status_2(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(7200)
 def test_table6_full_scale(tmp_path):
-  out = _run_binary(tmp_path, '--scale=full')
+  # 27 min wall on 2 cores (README); the 20 minutes of the smaller runs cannot hold it.
+  out = _run_binary(tmp_path, '--scale=full', timeout=7000)
   assert out['dropped_clients'] == 0
   for setting in ('homogeneous', 'type1', 'type2', 'type3'):
     assert out['table'][setting]['feddyn']['seeds'] == 3

@@ -220,42 +220,6 @@ def markdown(table: dict, goals: dict, target: str, methods) -> str:
   return report.format_table(header, rows)
 
 
-def figure(table: dict, methods, path: str) -> str:
-  """table6.png: per setting, each method's models to the target (mean over
-  the draws that reached it, bar: 95 % CI) next to the paper's count."""
-  import matplotlib  # pylint: disable=g-import-not-at-top
-  matplotlib.use('Agg')
-  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
-  settings = list(table)
-  fig, axes = plt.subplots(1, len(settings), figsize=(3.2 * len(settings), 3.4), squeeze=False)
-  x = np.arange(len(methods))
-  for ax, setting in zip(axes[0], settings):
-    for i, method in enumerate(methods):
-      entry = table[setting][method]
-      paper = PAPER_MODELS[setting][PAPER_METHODS.index(method)]
-      ax.plot(i + 0.22, paper, 'kx', label='paper' if i == 0 else None)
-      if entry['mean'] is None:
-        ax.text(i, 0, 'not\nreached', ha='center', va='bottom', fontsize=7)
-        continue
-      lo, hi = entry['ci95']
-      ax.bar(i, entry['mean'], width=0.5, color=f'C{i}',
-             yerr=[[entry['mean'] - max(lo, 0.0)], [hi - entry['mean']]], capsize=3)
-      if entry['reached'] < entry['seeds']:
-        ax.text(i, entry['mean'], f"{entry['reached']}/{entry['seeds']}", ha='center',
-                va='bottom', fontsize=7)
-    ax.set_xticks(x)
-    ax.set_xticklabels(methods, fontsize=7, rotation=30)
-    ax.set_title(setting, fontsize=9)
-  axes[0][0].set_ylabel('models to the target loss')
-  axes[0][0].legend(fontsize=7)
-  fig.suptitle('Paper 003, Table 6: ours (mean over draws, bar: 95 % CI) and the paper (x)',
-               fontsize=9)
-  fig.tight_layout()
-  fig.savefig(path, dpi=110)
-  plt.close(fig)
-  return path
-
-
 def claims(table: dict, methods) -> dict:
   """Per setting: does FedDyn need the fewest models (mean over seeds), and
   its saving factor over each other method (paper: 1.1x to 7.6x)."""
@@ -329,7 +293,9 @@ def main(argv):
     json.dump(result, f, indent=2)
   with open(os.path.join(out_dir, 'table.md'), 'w') as f:
     f.write(f'# Paper 003, Table 6 ({FLAGS.scale} scale)\n\n{text}\n')
-  print(f"figure: {figure(tables['paper'], methods, os.path.join(out_dir, 'table6.png'))}")
+  paper = {s: dict(zip(PAPER_METHODS, v)) for s, v in PAPER_MODELS.items()}
+  png = grid_lib.figure(tables['paper'], methods, paper, os.path.join(out_dir, 'table6.png'))
+  print(f'figure: {png}')
   print(f'result: {os.path.join(out_dir, "result.json")}')
   print(json.dumps(result))
   return 0

@@ -287,6 +287,42 @@ def run_units(units: Sequence[Unit], grid: Grid, jobs: int, runtime_options: dic
       _run_unit_star, [(unit, grid, progress) for unit in units], jobs, runtime_options)
 
 
+def figure(table: dict, methods, paper: dict, path: str) -> str:
+  """table6.png: per setting, each method's models to the target (mean over
+  the draws that reached it, bar: 95 % CI) next to the paper's count
+  (`paper[setting][method]`)."""
+  import matplotlib  # pylint: disable=g-import-not-at-top
+  matplotlib.use('Agg')
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  settings = list(table)
+  fig, axes = plt.subplots(1, len(settings), figsize=(3.2 * len(settings), 3.4), squeeze=False)
+  x = np.arange(len(methods))
+  for ax, setting in zip(axes[0], settings):
+    for i, method in enumerate(methods):
+      entry = table[setting][method]
+      ax.plot(i + 0.22, paper[setting][method], 'kx', label='paper' if i == 0 else None)
+      if entry['mean'] is None:
+        ax.text(i, 0, 'not\nreached', ha='center', va='bottom', fontsize=7)
+        continue
+      lo, hi = entry['ci95']
+      ax.bar(i, entry['mean'], width=0.5, color=f'C{i}',
+             yerr=[[entry['mean'] - max(lo, 0.0)], [hi - entry['mean']]], capsize=3)
+      if entry['reached'] < entry['seeds']:
+        ax.text(i, entry['mean'], f"{entry['reached']}/{entry['seeds']}", ha='center',
+                va='bottom', fontsize=7)
+    ax.set_xticks(x)
+    ax.set_xticklabels(methods, fontsize=7, rotation=30)
+    ax.set_title(setting, fontsize=9)
+  axes[0][0].set_ylabel('models to the target loss')
+  axes[0][0].legend(fontsize=7)
+  fig.suptitle('Paper 003, Table 6: ours (mean over draws, bar: 95 % CI) and the paper (x)',
+               fontsize=9)
+  fig.tight_layout()
+  fig.savefig(path, dpi=110)
+  plt.close(fig)
+  return path
+
+
 def _dropped(row: dict, algorithm) -> int:
   """Clients dropped for a non-finite update this round."""
   if 'client_work/non_finite_clients' in row:

@@ -10,6 +10,7 @@ eval) and sum/mean/weighted mean; others raise a clear `ValueError`.
 from __future__ import annotations
 
 import functools
+import hashlib
 from typing import Callable, Optional
 
 import tensorflow as tf
@@ -91,7 +92,8 @@ class Interpreter:
     if entry is None or entry[0] is not comp:
       # Equal computations (e.g. each round's copy in a computation that runs
       # several rounds) share one import: one set of functions to instantiate.
-      content = ('proto', comp.proto.SerializeToString(deterministic=True))
+      content = ('proto', hashlib.sha256(
+          comp.proto.SerializeToString(deterministic=True)).digest())  # not MBs of graph
       entry = self.tf_functions.get(content)
       if entry is not None:
         entry = (comp, entry[1])

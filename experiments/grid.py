@@ -107,9 +107,12 @@ def run_grid(runs, grid_dir: str, select_metric: str, select_last_rounds: int,
           for i, (combo, args) in enumerate(runs)]
   results = [None] * len(work)
   here = jobs <= 1 or len(work) <= 1  # map_in_processes runs these in this process
-  with (runtime_flags.managed_context() if here else contextlib.nullcontext()):
-    for index, result in runtime_flags.map_in_processes(_train_one, work, jobs):
-      results[index] = result
+  try:
+    with (runtime_flags.managed_context() if here else contextlib.nullcontext()):
+      for index, result in runtime_flags.map_in_processes(_train_one, work, jobs):
+        results[index] = result
+  finally:
+    _TASKS.clear()  # this grid's tasks (a worker's die with it)
   return results
 
 
@@ -136,7 +139,7 @@ def _train_one(item: dict) -> tuple[int, dict]:
       combo, score=score(rows, item['select_metric'], item['select_last_rounds']),
       client_steps=result.summary['totals']['client_steps'],
       upload_bytes=result.summary['totals']['upload_bytes'],
-      model_weights=[np.asarray(w) for w in result.model_weights.trainable])
+      model_weights=result.model_weights)
 
 
 def _print_and_write(results: list[dict], keys: list[str], grid_dir: str) -> None:

@@ -169,9 +169,18 @@ def test_a_run_that_died_mid_round_resumes_exactly(runs, algorithms, task, tmp_p
 
 
 # -- Ctrl-C during a checkpoint's write -----------------------------------------
+@pytest.fixture
+def python_sigint():
+  """Python's own Ctrl-C handler for the test (the runtime's would also stop
+  the session's TFF context), the previous one restored after."""
+  previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+  yield
+  signal.signal(signal.SIGINT, previous)
+
+
 @pytest.mark.parametrize('name', ALGORITHMS)
 def test_ctrl_c_while_a_checkpoint_is_written_keeps_it(runs, algorithms, task, tmp_path,
-                                                        monkeypatch, name):
+                                                        monkeypatch, python_sigint, name):
   """The signal waits for the checkpoint (state, store and manifest entry):
   the stop names it, and the resume starts from it, bit-identically."""
   save = run_outputs.RunOutputs.save
@@ -183,15 +192,10 @@ def test_ctrl_c_while_a_checkpoint_is_written_keeps_it(runs, algorithms, task, t
 
   monkeypatch.setattr(run_outputs.RunOutputs, 'save', interrupted_save)
   out = tmp_path / 'run'
-  # Python's own Ctrl-C handler: the runtime's would also stop the session's context.
-  previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-  try:
-    with pytest.raises(training.Stopped, match=r'^stopped after round 4; rerun the same '
-                       r'command to resume$'):
-      training.run_training(algorithms[name], task, config(str(out)))
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored
-  finally:
-    signal.signal(signal.SIGINT, previous)
+  with pytest.raises(training.Stopped, match=r'^stopped after round 4; rerun the same '
+                     r'command to resume$'):
+    training.run_training(algorithms[name], task, config(str(out)))
+  assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored
   monkeypatch.undo()
   assert run_dir.Manifest(str(out)).damage(4) is None
   result = resume(algorithms, task, name, out)
@@ -199,20 +203,15 @@ def test_ctrl_c_while_a_checkpoint_is_written_keeps_it(runs, algorithms, task, t
   assert_same_model(runs, name, out, result)
 
 
-def test_signals_deferred_delivers_the_first_signal_at_the_end():
+def test_signals_deferred_delivers_the_first_signal_at_the_end(python_sigint):
   seen = []
-  # Python's own Ctrl-C handler: the runtime's would also stop the session's context.
-  previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-  try:
-    with pytest.raises(KeyboardInterrupt):
-      with run_dir.signals_deferred():
-        os.kill(os.getpid(), signal.SIGINT)
-        os.kill(os.getpid(), signal.SIGINT)
-        seen.append('block ran to its end')
-    assert seen == ['block ran to its end']
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
-  finally:
-    signal.signal(signal.SIGINT, previous)
+  with pytest.raises(KeyboardInterrupt):
+    with run_dir.signals_deferred():
+      os.kill(os.getpid(), signal.SIGINT)
+      os.kill(os.getpid(), signal.SIGINT)
+      seen.append('block ran to its end')
+  assert seen == ['block ran to its end']
+  assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
 # -- damaged checkpoints: roll back to the newest intact one -------------------

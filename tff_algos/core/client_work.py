@@ -22,9 +22,12 @@ round), `non_finite_clients`, `client_learning_rate`, `local_steps` (K_t),
 from __future__ import annotations
 
 import collections
+import collections.abc
 import dataclasses
 from typing import Any, Callable, NamedTuple, Optional
 
+import attr
+import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
@@ -70,22 +73,62 @@ class ClientSchedule:
   def server_learning_rate_fn(self):
     if self.server_lr is None or self.server_lr.constant:
       return None
-    return lambda state: self.server_lr(state['round_num'])
+    return lambda state: self._in(state).server_lr(state['round_num'])
 
   def __post_init__(self):
     if self.local_steps is None and self.epochs < 1:
       raise ValueError(f'client epochs must be >= 1, got {self.epochs}')
 
+  def state_values(self) -> Optional[collections.OrderedDict]:
+    """The schedule's numbers (gamma_0, d_gamma, K_0, d_K, and eta_0, d_eta when
+    eta decays) as float64 values kept in its state, so that the computations
+    read them from there and one build serves every value (a grid's runs:
+    `registry.BuildCache`). None when a schedule is not exponential (step or
+    per-lane rates): then its numbers are constants of the computations."""
+    parts = [('learning_rate', self.learning_rate), ('local_steps', self.local_steps)]
+    if self.server_learning_rate_fn is not None:
+      parts.append(('server_lr', self.server_lr))
+    values = collections.OrderedDict()
+    for name, part in parts:
+      if part is None:
+        continue
+      if type(part) not in (schedules.ExponentialDecay, schedules.LocalSteps):
+        return None
+      values[name] = np.float64(part.initial)
+      values[f'{name}_decay'] = np.float64(part.decay)
+    return values
+
   def initial_state(self):
-    return collections.OrderedDict(round_num=tf.constant(0, tf.int32))
+    state = collections.OrderedDict(round_num=tf.constant(0, tf.int32))
+    values = self.state_values()
+    if values is not None:
+      state['values'] = collections.OrderedDict(
+          (k, tf.constant(v, tf.float64)) for k, v in values.items())
+    return state
+
+  def _in(self, state) -> 'ClientSchedule':
+    """This schedule with the numbers of `state` (tensors) where it keeps them."""
+    if 'values' not in state:
+      return self
+    v = state['values']
+    steps = None if self.local_steps is None else schedules.LocalSteps.of_tensors(
+        v['local_steps'], v['local_steps_decay'])
+    server = None if 'server_lr' not in v else schedules.ExponentialDecay.of_tensors(
+        v['server_lr'], v['server_lr_decay'])
+    return dataclasses.replace(
+        self, learning_rate=schedules.ExponentialDecay.of_tensors(
+            v['learning_rate'], v['learning_rate_decay']),
+        local_steps=steps, server_lr=server or self.server_lr)
 
   def hparams(self, state):
-    return self.hparams_at(state['round_num'])
+    return self._in(state).hparams_at(state['round_num'])
 
   def next_state(self, state, measured=None):
     """The next round's state (`measured`: a `ClientMeasurement`'s mean, unused)."""
     del measured
-    return collections.OrderedDict(round_num=state['round_num'] + 1)
+    new = collections.OrderedDict(state)
+    new['round_num'] = state['round_num'] + 1
+    return new
 
   def hparams_at(self, round_num):
     """The round's broadcast hyperparameters (works on tensors and ints)."""
@@ -99,6 +142,40 @@ class ClientSchedule:
             round_num, tf.Tensor) else num_steps,
         num_epochs=tf.constant(num_epochs, tf.int32) if isinstance(
             round_num, tf.Tensor) else num_epochs)
+
+
+def set_schedule_values(state, values):
+  """`state` (a learning process's, as Python containers) with the values of
+  every `ClientSchedule` state in it replaced by `values` (`state_values()`
+  of another schedule of the same build). Raises ValueError if the state
+  holds no schedule values or other names."""
+  found = []
+
+  def replace(node):
+    if isinstance(node, collections.abc.Mapping):
+      items = {k: replace(v) for k, v in node.items()}
+      if 'round_num' in node and 'values' in node:
+        old = node['values']
+        if list(old) != list(values):
+          raise ValueError(f'schedule values {list(values)} do not fit the build\'s '
+                           f'{list(old)}')
+        items['values'] = type(old)((k, np.float64(values[k])) for k in old)
+        found.append(True)
+      return type(node)(items) if not isinstance(node, collections.OrderedDict) else (
+          collections.OrderedDict((k, items[k]) for k in node))
+    if attr.has(type(node)):
+      return attr.evolve(node, **{f.name: replace(getattr(node, f.name))
+                                  for f in attr.fields(type(node)) if f.init})
+    if isinstance(node, tuple) and hasattr(node, '_fields'):
+      return type(node)(*(replace(v) for v in node))
+    if isinstance(node, (list, tuple)):
+      return type(node)(replace(v) for v in node)
+    return node
+
+  new = replace(state)
+  if not found:
+    raise ValueError('the state holds no schedule values to set')
+  return new
 
 
 class ClientWork(NamedTuple):

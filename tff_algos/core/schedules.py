@@ -27,6 +27,15 @@ Round = Union[int, np.integer, tf.Tensor]
 CEIL_RTOL = 1e-9
 
 
+def _of_tensors(cls, initial, decay):
+  """A schedule holding tensors (read from a state inside a computation),
+  not checked: the checked Python schedule put them there."""
+  schedule = object.__new__(cls)
+  object.__setattr__(schedule, 'initial', initial)
+  object.__setattr__(schedule, 'decay', decay)
+  return schedule
+
+
 def tolerant_ceil(x):
   """ceil(x - CEIL_RTOL * |x|) of a float64 scalar/array or tensor."""
   if isinstance(x, (tf.Tensor, tf.Variable)):
@@ -48,6 +57,10 @@ class ExponentialDecay:
     if not 0 < self.decay <= 1:
       raise ValueError(f'decay must be in (0, 1], got {self.decay}')
 
+  @classmethod
+  def of_tensors(cls, initial: tf.Tensor, decay: tf.Tensor) -> 'ExponentialDecay':
+    return _of_tensors(cls, initial, decay)
+
   @property
   def constant(self) -> bool:
     return self.decay == 1.0
@@ -55,7 +68,7 @@ class ExponentialDecay:
   def __call__(self, t: Round):
     if isinstance(t, (tf.Tensor, tf.Variable)):
       t64 = tf.cast(t, tf.float64)
-      return tf.cast(self.initial * tf.pow(tf.constant(self.decay, tf.float64), t64),
+      return tf.cast(self.initial * tf.pow(tf.convert_to_tensor(self.decay, tf.float64), t64),
                      tf.float32)
     return float(self.initial * self.decay ** int(t))
 
@@ -104,10 +117,14 @@ class LocalSteps:
     if not 0 < self.decay <= 1:
       raise ValueError(f'decay must be in (0, 1], got {self.decay}')
 
+  @classmethod
+  def of_tensors(cls, initial: tf.Tensor, decay: tf.Tensor) -> 'LocalSteps':
+    return _of_tensors(cls, initial, decay)
+
   def __call__(self, t: Round):
     if isinstance(t, (tf.Tensor, tf.Variable)):
       value = tolerant_ceil(self.initial * tf.pow(
-          tf.constant(self.decay, tf.float64), tf.cast(t, tf.float64)))
+          tf.convert_to_tensor(self.decay, tf.float64), tf.cast(t, tf.float64)))
       return tf.maximum(tf.cast(value, tf.int32), 1)
     return max(1, int(tolerant_ceil(self.initial * np.float64(self.decay) ** int(t))))
 

@@ -84,6 +84,16 @@ class FedDynConfig:
         self.client_learning_rate, self.client_lr_decay, self.local_steps,
         self.local_steps_decay, self.epochs)
 
+  def shared_build_key(self) -> 'FedDynConfig':
+    """This config with the schedule's numbers (read from the state) fixed:
+    configs with equal keys run on one build (`registry.BuildCache`)."""
+    return dataclasses.replace(
+        self, client_learning_rate=1.0, client_lr_decay=1.0,
+        local_steps=None if self.local_steps is None else 1, local_steps_decay=1.0)
+
+  def schedule_values(self):
+    return self.client_schedule().state_values()
+
 
 def _zeros(structure):
   return tf.nest.map_structure(tf.zeros_like, structure)

@@ -64,6 +64,22 @@ class FedOptConfig:
                server_lr_decay=hp.server_lr_decay, uniform_weighting=hp.uniform_weighting,
                weight_decay=hp.client_weight_decay, clip_norm=hp.clip_norm)
 
+  def shared_build_key(self) -> 'FedOptConfig':
+    """This config with the numbers that FedOpt's computations read from the
+    state (`schedule_values`) at fixed values: configs with equal keys run on
+    one build (`registry.BuildCache`)."""
+    server = self.server_optimizer
+    decaying = self.server_lr_decay != 1.0  # then eta_0, d_eta are state values too
+    return dataclasses.replace(
+        self, client_optimizer=dataclasses.replace(self.client_optimizer, learning_rate=1.0),
+        client_lr_decay=1.0, local_steps=None if self.local_steps is None else 1,
+        local_steps_decay=1.0,
+        server_optimizer=dataclasses.replace(server, learning_rate=1.0) if decaying else server,
+        server_lr_decay=0.5 if decaying else 1.0)
+
+  def schedule_values(self):
+    return self.client_schedule().state_values()
+
   def client_schedule(self) -> client_work_lib.ClientSchedule:
     return client_work_lib.client_schedule(
         self.client_optimizer.learning_rate, self.client_lr_decay, self.local_steps,

@@ -64,6 +64,13 @@ class FedProxConfig:
                        'step: use --server_optimizer=sgd without momentum or '
                        '--server_lr_decay')
 
+  def shared_build_key(self) -> 'FedProxConfig':
+    """See `FedOptConfig.shared_build_key` (mu stays: it is a constant)."""
+    return dataclasses.replace(self, fedopt=self.fedopt.shared_build_key())
+
+  def schedule_values(self):
+    return self.fedopt.schedule_values()
+
   @classmethod
   def from_hparams(cls, hp: HParams, mu: Optional[float] = None) -> 'FedProxConfig':
     """`mu`: the proximal strength if not --prox_mu (FedAvg: 0)."""

@@ -185,3 +185,39 @@ def build(name: str, model_fn, hp: HParams) -> FederatedAlgorithm:
   """`spec.builder(model_fn, config, name)` of `name`'s spec, checked first."""
   spec = get(name)
   return getattr(_module(spec), spec.builder)(model_fn, config(name, hp), name)
+
+
+class BuildCache:
+  """`build`, with each algorithm built (and, on its first round, traced) once
+  per process for the runs of a grid, a reproduction's seeds or a sweep.
+
+  Runs whose configs are equal share one build (seeds are not part of a
+  config). So do runs of an algorithm whose config has `shared_build_key()`
+  when their keys are equal: those differ only in numbers its computations
+  read from the state (the client schedule's gamma_0, d_gamma, K_0, d_K),
+  which the trainer sets from `config.schedule_values()` into the initial
+  state. Keys include `model_fn` itself: reuse one task object per task.
+  """
+
+  def __init__(self):
+    self._built: dict = {}
+
+  def __len__(self) -> int:
+    return len(self._built)
+
+  def build(self, name: str, model_fn, hp: HParams) -> FederatedAlgorithm:
+    spec = get(name)
+    cfg = config(name, hp)
+    shared = getattr(cfg, 'shared_build_key', None)
+    key = (name, model_fn, shared() if shared is not None else cfg)
+    try:
+      hash(key)
+    except TypeError:  # a config holding a list: built each time
+      return build(name, model_fn, hp)
+    if key not in self._built:
+      self._built[key] = getattr(_module(spec), spec.builder)(model_fn, cfg, name)
+      return self._built[key]
+    algorithm = self._built[key]
+    if shared is not None:
+      algorithm = dataclasses.replace(algorithm, schedule_values=cfg.schedule_values())
+    return algorithm

@@ -17,6 +17,7 @@ resume needs.
 
 from __future__ import annotations
 
+import collections
 import csv
 import dataclasses
 import json
@@ -35,6 +36,7 @@ from tff_algos.run_config import RunConfig  # pylint: disable=unused-import  (tr
 from tff_algos import runtime
 from tff_algos import sampling
 from tff_algos.core import accounting
+from tff_algos.core import client_work
 from tff_algos.core import local_training
 from tff_algos.core import stateful_process
 from tff_algos.core.algorithm import FederatedAlgorithm
@@ -78,6 +80,29 @@ def flatten_metrics(metrics, prefix: str = '') -> dict[str, Any]:
     return out
   value = np.asarray(metrics)
   return {prefix[:-1]: value.item() if value.size == 1 else value.tolist()}
+
+
+# The evaluators of the last few (task, max_examples), by the task's identity:
+# the runs of a grid or a reproduction share one task and trace its
+# evaluation once. (A task is not hashable; the entry holds it, so its id
+# stays its own.)
+_EVALUATORS: collections.OrderedDict = collections.OrderedDict()
+_EVALUATORS_KEPT = 2
+
+
+def cached_evaluator(task: Task, max_examples: Optional[int] = None
+                     ) -> Callable[..., dict[str, float]]:
+  """`build_evaluator(task, max_examples)`, built once per task object (it
+  keeps no state between calls: each sets the weights and resets the metrics)."""
+  key = (id(task), max_examples)
+  if key in _EVALUATORS:
+    _EVALUATORS.move_to_end(key)
+    return _EVALUATORS[key][1]
+  evaluator = build_evaluator(task, max_examples)
+  _EVALUATORS[key] = (task, evaluator)
+  while len(_EVALUATORS) > _EVALUATORS_KEPT:
+    _EVALUATORS.popitem(last=False)
+  return evaluator
 
 
 def build_evaluator(task: Task, max_examples: Optional[int] = None
@@ -173,7 +198,7 @@ def _run_training(algorithm: FederatedAlgorithm, task: Task, config: RunConfig,
     raise RunError(f'clients_per_round={config.clients_per_round} exceeds the '
                    f'{len(task.client_ids)} clients of task {task.name!r}; lower '
                    'clients_per_round')
-  evaluate = build_evaluator(task, config.max_eval_examples)
+  evaluate = cached_evaluator(task, config.max_eval_examples)
   outputs = run_outputs.RunOutputs(config.output_dir,
                                    _identity(algorithm, task, config, identity))
   # fwd+bwd FLOPs of the model; measured before the seeded init.
@@ -209,6 +234,8 @@ def _initial_state(algorithm: FederatedAlgorithm, task: Task, config: RunConfig,
   stateful = algorithm.stateful_clients
   state = (process.initialize(stateful_process.population_of(
       task, process.needs_mean_examples)) if stateful else process.initialize())
+  if algorithm.schedule_values is not None:  # a shared build (`registry.BuildCache`)
+    state = client_work.set_schedule_values(state, algorithm.schedule_values)
   state = process.set_model_weights(
       state, initial_weights if initial_weights is not None
       else initial_model_weights(task, config.seed))

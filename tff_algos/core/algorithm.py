@@ -4,6 +4,7 @@ the trainer needs about it (cost per client, how to read its model)."""
 from __future__ import annotations
 
 import dataclasses
+from typing import Mapping, Optional
 
 import tensorflow_federated as tff
 
@@ -22,6 +23,10 @@ class FederatedAlgorithm:
   # per-client state the trainer keeps in a `core.client_state.ClientStateStore`
   # (FedDyn, SCAFFOLD); its `traffic` excludes that state (it stays on clients).
   stateful_clients: bool = False
+  # Set by `registry.BuildCache` when this is a shared build run with another
+  # config's schedule (gamma_0, d_gamma, K_0, d_K, ...): the trainer writes
+  # these into the initial state (`client_work.set_schedule_values`).
+  schedule_values: Optional[Mapping[str, float]] = None
 
 
 def build_stateful_algorithm(

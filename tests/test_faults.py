@@ -288,6 +288,17 @@ def test_an_unreadable_manifest_is_refused(runs, algorithms, task, tmp_path):
     resume(algorithms, task, 'fedavg', out)
 
 
+def test_a_checkpoint_of_another_state_structure_is_refused_as_such(runs, task, tmp_path):
+  """A run whose checkpoints hold a state shaped unlike this build's (e.g. one
+  written before the client schedule's numbers moved into the state) is not
+  called damaged: the refusal names the cause, and nothing is moved aside."""
+  out = damaged_copy(runs, 'fedavg', tmp_path)
+  epochs = registry.build('fedavg', task.model_fn, HParams())  # no K_0 in its state
+  with pytest.raises(UserError, match="shaped unlike this build's.*another version"):
+    training.run_training(epochs, task, config(str(out)))
+  assert not list((out / 'checkpoints').glob('*.corrupt'))
+
+
 def test_a_checkpoint_saved_as_a_savedmodel_resumes_exactly(runs, algorithms, task,
                                                             tmp_path):
   # Earlier versions saved the state with TFF's FileProgramStateManager (a

@@ -42,6 +42,14 @@ MANIFEST_FILE = 'checkpoints.json'
 CHECKPOINT_DIR = 'checkpoints'
 CHECKPOINT_PREFIX = 'round_'
 RESTART_FIX = 'pass --restart to start the run over'
+
+
+STRUCTURE_PROBLEM = 'holds a state of another structure'
+
+
+class StateStructureError(ValueError):
+  """A checkpoint whose state is not shaped like this build's: written by
+  another version of this library (or another algorithm's build)."""
 # What --restart removes: every output of a run (curves.png: the binaries').
 ARTEFACTS = ('metrics.csv', 'metrics.csv.tmp', MANIFEST_FILE, 'summary.json',
              'final_weights.npz', 'run_identity.json', 'curves.png', CHECKPOINT_DIR,
@@ -204,6 +212,8 @@ def select_checkpoint(out_dir: str, versions: list[int], manifest: Manifest,
     if problem is None:
       try:
         state = load(version)
+      except StateStructureError:
+        problem = STRUCTURE_PROBLEM
       except Exception as e:  # pylint: disable=broad-except  (any unreadable file)
         problem = f'is unreadable ({type(e).__name__})'
     if problem is None:
@@ -214,6 +224,11 @@ def select_checkpoint(out_dir: str, versions: list[int], manifest: Manifest,
       manifest.forget_after(version)
       return state, version
     problems.append((version, problem))
+  if all(why == STRUCTURE_PROBLEM for _, why in problems):
+    raise UserError(f'the checkpoints in {os.path.join(out_dir, CHECKPOINT_DIR)} hold a '
+                    'state shaped unlike this build\'s (written by another version of '
+                    'tff-algos?); resume with the version that wrote them, or '
+                    f'{RESTART_FIX}')
   detail = '; '.join(f'round {v} {why}' for v, why in problems)
   raise UserError(f'no intact checkpoint in {os.path.join(out_dir, CHECKPOINT_DIR)} '
                   f'({detail}); restore it from a backup, or {RESTART_FIX}')

@@ -223,7 +223,8 @@ class StateManager(tff.program.FileProgramStateManager):
       leaves = [saved[f'arr_{i}'] for i in range(len(saved.files))]
     if len(leaves) != len(template) or any(
         a.shape != t.shape or a.dtype != t.dtype for a, t in zip(leaves, template)):
-      raise ValueError(f'{path} does not hold a state of this run\'s structure')
+      raise run_dir.StateStructureError(f'{path} does not hold a state of this run\'s '
+                                        'structure')
     # Scalars as numpy scalars, as TFF's loader gives them.
     return tf.nest.pack_sequence_as(structure, [a[()] if a.ndim == 0 else a
                                                 for a in leaves])

@@ -112,11 +112,16 @@ def run_grid(runs, grid_dir: str, select_metric: str, select_last_rounds: int,
       for index, result in runtime_flags.map_in_processes(_train_one, work, jobs):
         results[index] = result
   finally:
-    _TASKS.clear()  # this grid's tasks (a worker's die with it)
+    _TASKS.clear()  # this grid's tasks and builds (a worker's die with it)
+    _BUILDS.clear()
   return results
 
 
 _TASKS: dict = {}  # TaskOptions -> task, per process
+# One build per algorithm and structure, per process: runs that differ only in
+# the client schedule's numbers (client_learning_rate, local_steps, decays) or
+# not at all (seeds) share it (`registry.BuildCache`).
+_BUILDS: dict = {}
 
 
 def _train_one(item: dict) -> tuple[int, dict]:
@@ -130,7 +135,8 @@ def _train_one(item: dict) -> tuple[int, dict]:
   task = _TASKS[options]
   combo = item['combo']
   print(f"[{item['index'] + 1}/{item['total']}] {combination_name(combo)}", flush=True)
-  algorithm = registry.build(args.algorithm, task.model_fn, hp)
+  builds = _BUILDS.setdefault('cache', registry.BuildCache())
+  algorithm = builds.build(args.algorithm, task.model_fn, hp)
   result = training.run_training(algorithm, task, trainer_flags.run_config(item['out_dir'], args),
                                  extra_summary={'flags': item['summary_flags'], 'grid': combo},
                                  identity=item['identity'])

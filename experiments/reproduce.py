@@ -226,6 +226,9 @@ def _run_trainer(exp, scale, out_dir, progress, manage_runtime):
   for plan in plans:  # every run's flags before any work
     validate_plan(plan)
   runs = []
+  # Seeds (and runs differing only in the client schedule's numbers) share one
+  # task and one build: built and traced once.
+  tasks, builds = {}, registry.BuildCache()
   context = runtime_flags.managed_context() if manage_runtime else contextlib.nullcontext()
   with context:
     for plan in plans:
@@ -233,8 +236,11 @@ def _run_trainer(exp, scale, out_dir, progress, manage_runtime):
       args = plan_args(plan)
       run_dir = os.path.join(out_dir, 'runs', plan.name)
       config = dataclasses.replace(trainer_flags.run_config(run_dir, args), progress=progress)
-      task = get_task(plan.flags['task'], options)
-      algorithm = registry.build(plan.algorithm, task.model_fn, hp)
+      key = (plan.flags['task'], options)
+      if key not in tasks:
+        tasks[key] = get_task(plan.flags['task'], options)
+      task = tasks[key]
+      algorithm = builds.build(plan.algorithm, task.model_fn, hp)
       result = training.run_training(
           algorithm, task, config, extra_summary={'flags': trainer_flags.flag_values(args)},
           identity=trainer_flags.run_identity(args))

@@ -32,23 +32,32 @@ _SECOND = dict(client_learning_rate=0.05, local_steps=5, local_steps_decay=0.8,
                client_lr_decay=0.9)
 
 
-@pytest.mark.parametrize('name,common', [
-    ('fedavg', {}),
-    ('fedavg', dict(server_learning_rate=0.7, server_lr_decay=0.9)),  # eta_t in the state
-    ('fedavg', dict(report_device_average=True)),                     # a stateful process
-    ('fedprox', dict(prox_mu=0.1)),
-    ('feddyn', dict(feddyn_alpha=0.05)),
+@pytest.mark.parametrize('name,common,second', [
+    ('fedavg', {}, dict(server_learning_rate=0.5)),       # eta in TFF's finalizer state
+    ('fedavg', dict(server_learning_rate=0.7, server_lr_decay=0.9),   # eta_t: the schedule's
+     dict(server_learning_rate=0.4, server_lr_decay=0.8)),
+    ('fedavg', dict(report_device_average=True), {}),     # a stateful process
+    ('fedprox', dict(prox_mu=0.1), dict(server_optimizer='adam', server_learning_rate=0.01)),
+    ('feddyn', dict(feddyn_alpha=0.05), {}),
+    ('reptile', dict(local_steps=3), dict(server_learning_rate=0.5)),  # paper 002's gamma, eta
 ])
-def test_a_shared_build_trains_the_models_of_a_separate_build(task, tmp_path, name, common):
+def test_a_shared_build_trains_the_models_of_a_separate_build(task, tmp_path, name, common,
+                                                              second):
   cache = registry.BuildCache()
-  first = cache.build(name, task.model_fn, HParams(**common, **_FIRST))
+  first_hp = HParams(**dict(common, **_FIRST, **{k: v for k, v in second.items()
+                                                  if k == 'server_optimizer'}))
+  if name == 'reptile':  # K is Theta's length: a structure
+    first_hp = dataclasses.replace(first_hp, local_steps=3)
+  first = cache.build(name, task.model_fn, first_hp)
   first_weights = _train(first, task, tmp_path / 'first')
-  hp = HParams(**dict(common, **_SECOND))
-  if 'server_lr_decay' in common:  # eta_0 and d_eta differ too
-    hp = dataclasses.replace(hp, server_learning_rate=0.4, server_lr_decay=0.8)
+  hp = HParams(**dict(common, **_SECOND, **second))
+  if name == 'reptile':  # K is Theta's length: a structure
+    hp = dataclasses.replace(hp, local_steps=3, local_steps_decay=1.0, client_lr_decay=1.0)
   shared = cache.build(name, task.model_fn, hp)
   assert len(cache) == 1 and shared.process is first.process
   assert shared.schedule_values is not None
+  assert (shared.server_learning_rate is not None) == (
+      'server_learning_rate' in second and 'server_lr_decay' not in second)
   shared_weights = _train(shared, task, tmp_path / 'shared')
   alone_weights = _train(registry.build(name, task.model_fn, hp), task, tmp_path / 'alone')
   for s, a, f in zip(shared_weights, alone_weights, first_weights):

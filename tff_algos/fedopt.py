@@ -64,21 +64,28 @@ class FedOptConfig:
                server_lr_decay=hp.server_lr_decay, uniform_weighting=hp.uniform_weighting,
                weight_decay=hp.client_weight_decay, clip_norm=hp.clip_norm)
 
-  def shared_build_key(self) -> 'FedOptConfig':
+  def shared_build_key(self, server_in_state: bool = True) -> 'FedOptConfig':
     """This config with the numbers that FedOpt's computations read from the
-    state (`schedule_values`) at fixed values: configs with equal keys run on
-    one build (`registry.BuildCache`)."""
+    state at fixed values: configs with equal keys run on one build
+    (`registry.BuildCache`). gamma_0, d_gamma, K_0, d_K are the schedule's
+    (`schedule_values`); eta_0 and d_eta too when eta decays, else eta is the
+    server optimiser's hparam in TFF's finalizer state
+    (`shared_server_learning_rate`; `server_in_state=False`: a constant)."""
     server = self.server_optimizer
-    decaying = self.server_lr_decay != 1.0  # then eta_0, d_eta are state values too
+    decaying = self.server_lr_decay != 1.0
     return dataclasses.replace(
         self, client_optimizer=dataclasses.replace(self.client_optimizer, learning_rate=1.0),
         client_lr_decay=1.0, local_steps=None if self.local_steps is None else 1,
         local_steps_decay=1.0,
-        server_optimizer=dataclasses.replace(server, learning_rate=1.0) if decaying else server,
+        server_optimizer=(dataclasses.replace(server, learning_rate=1.0)
+                          if decaying or server_in_state else server),
         server_lr_decay=0.5 if decaying else 1.0)
 
   def schedule_values(self):
     return self.client_schedule().state_values()
+
+  def shared_server_learning_rate(self) -> Optional[float]:
+    return None if self.server_lr_decay != 1.0 else self.server_optimizer.learning_rate
 
   def client_schedule(self) -> client_work_lib.ClientSchedule:
     return client_work_lib.client_schedule(

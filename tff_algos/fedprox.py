@@ -65,11 +65,16 @@ class FedProxConfig:
                        '--server_lr_decay')
 
   def shared_build_key(self) -> 'FedProxConfig':
-    """See `FedOptConfig.shared_build_key` (mu stays: it is a constant)."""
-    return dataclasses.replace(self, fedopt=self.fedopt.shared_build_key())
+    """See `FedOptConfig.shared_build_key` (mu stays: it is a constant, as is
+    eta in the device-average round)."""
+    return dataclasses.replace(self, fedopt=self.fedopt.shared_build_key(
+        server_in_state=not self.report_device_average))
 
   def schedule_values(self):
     return self.fedopt.schedule_values()
+
+  def shared_server_learning_rate(self) -> Optional[float]:
+    return None if self.report_device_average else self.fedopt.shared_server_learning_rate()
 
   @classmethod
   def from_hparams(cls, hp: HParams, mu: Optional[float] = None) -> 'FedProxConfig':

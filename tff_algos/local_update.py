@@ -97,6 +97,25 @@ class LocalUpdateConfig:
     if self.client_learning_rate < 0:
       raise ValueError('client learning rate must be >= 0')
 
+  def shared_build_key(self) -> 'LocalUpdateConfig':
+    """This config with gamma and eta (read from the state: the schedule's and
+    TFF's finalizer's) fixed: configs with equal keys share one build
+    (`registry.BuildCache`), e.g. paper 002's gamma x eta grids."""
+    return dataclasses.replace(
+        self, client_learning_rate=1.0,
+        server_optimizer=dataclasses.replace(self.server_optimizer, learning_rate=1.0))
+
+  def schedule(self) -> client_work_lib.ClientSchedule:
+    return client_work_lib.ClientSchedule(
+        learning_rate=schedules.ExponentialDecay(self.client_learning_rate),
+        local_steps=schedules.LocalSteps(len(self.theta)))
+
+  def schedule_values(self):
+    return self.schedule().state_values()
+
+  def shared_server_learning_rate(self) -> float:
+    return self.server_optimizer.learning_rate
+
   @classmethod
   def from_hparams(cls, hp: HParams, theta: Optional[str] = None) -> 'LocalUpdateConfig':
     """`theta`: a preset name instead of --theta; K = --local_steps (default 10)."""
@@ -215,10 +234,7 @@ def _aggregator():
 
 def build_local_update(model_fn, config: LocalUpdateConfig,
                        name: str = 'local_update') -> FederatedAlgorithm:
-  schedule = client_work_lib.ClientSchedule(
-      learning_rate=schedules.ExponentialDecay(config.client_learning_rate),
-      local_steps=schedules.LocalSteps(len(config.theta)))
-  work = _client_work(model_fn, config, schedule, config.measure_pre_training_loss)
+  work = _client_work(model_fn, config, config.schedule(), config.measure_pre_training_loss)
   return fedopt.compose(name, model_fn, work,
                         config.server_optimizer.build(), _aggregator())
 

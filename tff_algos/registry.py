@@ -194,9 +194,10 @@ class BuildCache:
   Runs whose configs are equal share one build (seeds are not part of a
   config). So do runs of an algorithm whose config has `shared_build_key()`
   when their keys are equal: those differ only in numbers its computations
-  read from the state (the client schedule's gamma_0, d_gamma, K_0, d_K),
-  which the trainer sets from `config.schedule_values()` into the initial
-  state. Keys include `model_fn` itself: reuse one task object per task.
+  read from the state (the client schedule's gamma_0, d_gamma, K_0, d_K, and
+  the server optimiser's eta where TFF's finalizer keeps it), which the
+  trainer sets from `config.schedule_values()` (and
+  `config.shared_server_learning_rate()`) into the initial state. Keys include `model_fn` itself: reuse one task object per task.
   """
 
   def __init__(self):
@@ -219,5 +220,7 @@ class BuildCache:
       return self._built[key]
     algorithm = self._built[key]
     if shared is not None:
-      algorithm = dataclasses.replace(algorithm, schedule_values=cfg.schedule_values())
+      algorithm = dataclasses.replace(
+          algorithm, schedule_values=cfg.schedule_values(),
+          server_learning_rate=getattr(cfg, 'shared_server_learning_rate', lambda: None)())
     return algorithm

@@ -236,6 +236,11 @@ def _initial_state(algorithm: FederatedAlgorithm, task: Task, config: RunConfig,
       task, process.needs_mean_examples)) if stateful else process.initialize())
   if algorithm.schedule_values is not None:  # a shared build (`registry.BuildCache`)
     state = client_work.set_schedule_values(state, algorithm.schedule_values)
+  if algorithm.server_learning_rate is not None:
+    hparams = process.get_hparams(state)
+    hparams['finalizer'][tff.learning.optimizers.LEARNING_RATE_KEY] = np.float32(
+        algorithm.server_learning_rate)
+    state = process.set_hparams(state, hparams)
   state = process.set_model_weights(
       state, initial_weights if initial_weights is not None
       else initial_model_weights(task, config.seed))

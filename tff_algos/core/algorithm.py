@@ -27,6 +27,9 @@ class FederatedAlgorithm:
   # config's schedule (gamma_0, d_gamma, K_0, d_K, ...): the trainer writes
   # these into the initial state (`client_work.set_schedule_values`).
   schedule_values: Optional[Mapping[str, float]] = None
+  # Likewise the server optimiser's constant learning rate eta, set with the
+  # process's `set_hparams` (TFF's: the finalizer's optimizer hparams).
+  server_learning_rate: Optional[float] = None
 
 
 def build_stateful_algorithm(

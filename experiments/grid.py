@@ -134,9 +134,11 @@ def _train_one(item: dict) -> tuple[int, dict]:
     _TASKS[options] = get_task(args.task, options)
   task = _TASKS[options]
   combo = item['combo']
-  print(f"[{item['index'] + 1}/{item['total']}] {combination_name(combo)}", flush=True)
   builds = _BUILDS.setdefault('cache', registry.BuildCache())
+  known = len(builds)
   algorithm = builds.build(args.algorithm, task.model_fn, hp)
+  reused = " (an earlier run's build)" if len(builds) == known else ''
+  print(f"[{item['index'] + 1}/{item['total']}] {combination_name(combo)}{reused}", flush=True)
   result = training.run_training(algorithm, task, trainer_flags.run_config(item['out_dir'], args),
                                  extra_summary={'flags': item['summary_flags'], 'grid': combo},
                                  identity=item['identity'])

@@ -137,7 +137,7 @@ def main(argv):
     return common.fail(e)
 
   from tasks import TaskOptions, get_task
-  from tff_algos import local_update
+  from tff_algos import local_update, registry
   from tff_algos.core import optimizers
 
   def server(eta):
@@ -145,6 +145,7 @@ def main(argv):
 
   table = []
   summary = dict(tail_loss={}, log10_eta={}, update_norm={})
+  builds = registry.BuildCache()
   with runtime_flags.managed_context():
     for task_name in task_names:
       model, m, batch = SETUP[task_name]
@@ -161,7 +162,9 @@ def main(argv):
         cfg = local_update.LocalUpdateConfig(
             theta=(1.0,) * 10, client_learning_rate=gamma,
             server_optimizer=server(eta), measure_pre_training_loss=True)
-        alg = local_update.build_local_update(task.model_fn, cfg)
+        # One build for the whole gamma x eta grid (both read from the state).
+        alg = builds.build_config(local_update.build_local_update, task.model_fn, cfg,
+                                  'local_update')
         return _run(task, f'lu_g{gamma:g}_e{eta:g}', alg, clients, out_root)
 
       def decay_run(gamma, eta):

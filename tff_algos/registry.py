@@ -207,16 +207,22 @@ class BuildCache:
     return len(self._built)
 
   def build(self, name: str, model_fn, hp: HParams) -> FederatedAlgorithm:
+    """`registry.build(name, model_fn, hp)`, built once per key."""
     spec = get(name)
-    cfg = config(name, hp)
+    return self.build_config(getattr(_module(spec), spec.builder), model_fn,
+                             config(name, hp), name)
+
+  def build_config(self, builder, model_fn, cfg, name: str) -> FederatedAlgorithm:
+    """`builder(model_fn, cfg, name)` (an algorithm module's `build_<name>`),
+    built once per key."""
     shared = getattr(cfg, 'shared_build_key', None)
-    key = (name, model_fn, shared() if shared is not None else cfg)
+    key = (name, builder, model_fn, shared() if shared is not None else cfg)
     try:
       hash(key)
     except TypeError:  # a config holding a list: built each time
-      return build(name, model_fn, hp)
+      return builder(model_fn, cfg, name)
     if key not in self._built:
-      self._built[key] = getattr(_module(spec), spec.builder)(model_fn, cfg, name)
+      self._built[key] = builder(model_fn, cfg, name)
       return self._built[key]
     algorithm = self._built[key]
     if shared is not None:

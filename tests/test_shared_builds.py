@@ -40,19 +40,27 @@ _SECOND = dict(client_learning_rate=0.05, local_steps=5, local_steps_decay=0.8,
     ('fedprox', dict(prox_mu=0.1), dict(server_optimizer='adam', server_learning_rate=0.01)),
     ('feddyn', dict(feddyn_alpha=0.05), {}),
     ('reptile', dict(local_steps=3), dict(server_learning_rate=0.5)),  # paper 002's gamma, eta
+    ('nastya', {}, dict(server_learning_rate=0.5)),
+    ('fedmax', dict(fedmax_beta=0.5), dict(server_learning_rate=0.5)),
 ])
 def test_a_shared_build_trains_the_models_of_a_separate_build(task, tmp_path, name, common,
                                                               second):
+  if name == 'fedmax':  # needs a penultimate layer
+    task = get_task('digits', TaskOptions(model='mlp'))
   cache = registry.BuildCache()
   first_hp = HParams(**dict(common, **_FIRST, **{k: v for k, v in second.items()
                                                   if k == 'server_optimizer'}))
   if name == 'reptile':  # K is Theta's length: a structure
     first_hp = dataclasses.replace(first_hp, local_steps=3)
+  if name == 'nastya':  # one pass per round
+    first_hp = dataclasses.replace(first_hp, local_steps=None)
   first = cache.build(name, task.model_fn, first_hp)
   first_weights = _train(first, task, tmp_path / 'first')
   hp = HParams(**dict(common, **_SECOND, **second))
   if name == 'reptile':  # K is Theta's length: a structure
     hp = dataclasses.replace(hp, local_steps=3, local_steps_decay=1.0, client_lr_decay=1.0)
+  if name == 'nastya':
+    hp = dataclasses.replace(hp, local_steps=None, local_steps_decay=1.0)
   shared = cache.build(name, task.model_fn, hp)
   assert len(cache) == 1 and shared.process is first.process
   assert shared.schedule_values is not None

@@ -120,6 +120,16 @@ class FedMaxConfig:
     if not self.beta >= 0:
       raise ValueError(f'fedmax_beta must be >= 0, got {self.beta}')
 
+  def shared_build_key(self) -> 'FedMaxConfig':
+    """See `FedOptConfig.shared_build_key` (beta stays: a constant)."""
+    return dataclasses.replace(self, fedopt=self.fedopt.shared_build_key())
+
+  def schedule_values(self):
+    return self.fedopt.schedule_values()
+
+  def shared_server_learning_rate(self):
+    return self.fedopt.shared_server_learning_rate()
+
   @classmethod
   def from_hparams(cls, hp: HParams) -> 'FedMaxConfig':
     return cls(fedopt=fedopt.FedOptConfig.from_hparams(hp), beta=hp.fedmax_beta,

@@ -35,7 +35,7 @@ Shuffling is the round loop's (`RunConfig.shuffle`: 'rr' Random Reshuffling,
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable
+from typing import Callable, Optional
 
 import tensorflow as tf
 import tensorflow_federated as tff
@@ -77,6 +77,29 @@ class NastyaConfig:
       raise ValueError('give either a client step decay or milestones, not both')
     self.client_schedule()
     schedules.ExponentialDecay(self.server_optimizer.learning_rate, self.server_lr_decay)
+
+  def shared_build_key(self) -> 'NastyaConfig':
+    """This config with the numbers read from the state fixed (gamma, d_gamma;
+    eta_0, d_eta when eta decays; a constant eta of the server optimiser, kept
+    in TFF's finalizer state): configs with equal keys share one build
+    (`registry.BuildCache`). Milestones and the adaptive step keep theirs."""
+    if self.client_lr_milestones:
+      return self
+    decaying = self.server_lr_decay != 1.0
+    server = self.server_optimizer
+    return dataclasses.replace(
+        self, client_learning_rate=1.0, client_lr_decay=1.0,
+        server_optimizer=(server if self.adaptive_server_lr
+                          else dataclasses.replace(server, learning_rate=1.0)),
+        server_lr_decay=0.5 if decaying else 1.0)
+
+  def schedule_values(self):
+    return self.client_schedule().state_values()
+
+  def shared_server_learning_rate(self) -> Optional[float]:
+    if self.client_lr_milestones or self.adaptive_server_lr or self.server_lr_decay != 1.0:
+      return None
+    return self.server_optimizer.learning_rate
 
   def client_lr(self):
     if self.client_lr_milestones:

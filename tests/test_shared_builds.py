@@ -42,6 +42,9 @@ _SECOND = dict(client_learning_rate=0.05, local_steps=5, local_steps_decay=0.8,
     ('reptile', dict(local_steps=3), dict(server_learning_rate=0.5)),  # paper 002's gamma, eta
     ('nastya', {}, dict(server_learning_rate=0.5)),
     ('fedmax', dict(fedmax_beta=0.5), dict(server_learning_rate=0.5)),
+    ('fedgbo', dict(client_optimizer='sgdm', client_momentum=0.9), {}),
+    ('mimexlite', dict(client_optimizer='sgdm', client_momentum=0.9),
+     dict(server_learning_rate=0.5)),
 ])
 def test_a_shared_build_trains_the_models_of_a_separate_build(task, tmp_path, name, common,
                                                               second):

@@ -79,6 +79,15 @@ class FedGBOConfig:
         learning_rate=schedules.ExponentialDecay(self.learning_rate, self.client_lr_decay),
         local_steps=schedules.LocalSteps(self.local_steps, self.local_steps_decay))
 
+  def shared_build_key(self) -> 'FedGBOConfig':
+    """This config with eta, d_eta, K_0, d_K (read from the schedule's state)
+    fixed: configs with equal keys share one build (`registry.BuildCache`)."""
+    return dataclasses.replace(self, learning_rate=1.0, client_lr_decay=1.0, local_steps=1,
+                               local_steps_decay=1.0)
+
+  def schedule_values(self):
+    return self.client_schedule().state_values()
+
   @classmethod
   def reference(cls, name: str, **kwargs) -> 'FedGBOConfig':
     """The authors' code: v_0 = 1, no bias correction, eps 1e-3, unweighted mean."""

@@ -79,6 +79,21 @@ class MimeConfig:
         self.learning_rate, self.client_lr_decay, self.local_steps,
         self.local_steps_decay, self.epochs)
 
+  def shared_build_key(self) -> 'MimeConfig':
+    """This config with eta, d_eta, K_0, d_K (the schedule's state) and the
+    server optimiser's learning rate (TFF's finalizer state) fixed: configs with
+    equal keys share one build (`registry.BuildCache`)."""
+    return dataclasses.replace(
+        self, learning_rate=1.0, client_lr_decay=1.0,
+        local_steps=None if self.local_steps is None else 1, local_steps_decay=1.0,
+        server_optimizer=dataclasses.replace(self.server_optimizer, learning_rate=1.0))
+
+  def schedule_values(self):
+    return self.client_schedule().state_values()
+
+  def shared_server_learning_rate(self) -> float:
+    return self.server_optimizer.learning_rate
+
 
 def mean_gradient(model: tff.learning.models.VariableModel, weights,
                   dataset: tf.data.Dataset):

@@ -92,6 +92,12 @@ def test_builds_are_shared_only_where_the_numbers_live_in_the_state(task):
   other = get_task('digits', TaskOptions(model='logistic'))
   cache.build('fedavg', other.model_fn, HParams(client_learning_rate=0.1))
   assert len(cache) == 5
+  # At most MAX_BUILDS are kept, the least recently used dropped first.
+  cache.MAX_BUILDS = 5
+  assert cache.build('fedavg', task.model_fn, HParams()).process is a.process  # now recent
+  cache.build('fedavg', task.model_fn, HParams(server_optimizer='adam'))
+  assert len(cache) == 5
+  assert cache.build('fedavg', task.model_fn, HParams()).process is a.process
 
 
 def test_schedule_values_must_fit_the_build():

@@ -9,6 +9,7 @@ below naming them, and its test (see the README).
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import importlib
 from typing import TYPE_CHECKING
@@ -200,8 +201,10 @@ class BuildCache:
   `config.shared_server_learning_rate()`) into the initial state. Keys include `model_fn` itself: reuse one task object per task.
   """
 
+  MAX_BUILDS = 32  # the least recently used build is dropped beyond this
+
   def __init__(self):
-    self._built: dict = {}
+    self._built: collections.OrderedDict = collections.OrderedDict()
 
   def __len__(self) -> int:
     return len(self._built)
@@ -222,8 +225,11 @@ class BuildCache:
     except TypeError:  # a config holding a list: built each time
       return builder(model_fn, cfg, name)
     if key not in self._built:
+      if len(self._built) >= self.MAX_BUILDS:
+        self._built.popitem(last=False)
       self._built[key] = builder(model_fn, cfg, name)
       return self._built[key]
+    self._built.move_to_end(key)
     algorithm = self._built[key]
     if shared is not None:
       algorithm = dataclasses.replace(

@@ -193,6 +193,9 @@ def _parse_grid(args: trainer_flags.TrainerArgs):
   return algorithms, participations, targets, seeds, grid
 
 
+_BUILDS: dict = {}  # 'cache' -> this process's registry.BuildCache
+
+
 def _run_one(task, args: trainer_flags.TrainerArgs, out_dir: str, label: str, part: float):
   """Trains one (setting, participation, algorithm, seed); its metrics rows and
   model size in bytes."""
@@ -200,7 +203,9 @@ def _run_one(task, args: trainer_flags.TrainerArgs, out_dir: str, label: str, pa
   _, hp, _ = trainer_flags.validate(grid=True, args=args)
   print(f'{label} p={part:g} ({args.clients_per_round}/{len(task.client_ids)} clients) '
         f'{args.algorithm} seed {args.seed} -> {out_dir}', flush=True)
-  algorithm = registry.build(args.algorithm, task.model_fn, hp)
+  # Seeds (and schedule points) of one algorithm share a build (`registry.BuildCache`).
+  algorithm = _BUILDS.setdefault('cache', registry.BuildCache()).build(
+      args.algorithm, task.model_fn, hp)
   training.run_training(algorithm, task, trainer_flags.run_config(out_dir, args),
                         extra_summary={'flags': trainer_flags.flag_values(args),
                                        'setting': label, 'participation': part},

@@ -186,6 +186,7 @@ def main(argv):
   results = collections.defaultdict(dict)   # (task, K) -> algorithm -> rows
   optimisers = {}
   tasks_cache = {}
+  builds = registry.BuildCache()  # runs differing only in K (or eta) share a build
   with runtime_flags.managed_context():
     for i, ((preset, k, name), args) in enumerate(zip(combos, runs)):
       options, hp, _ = trainer_flags.validate(grid=True, args=args)
@@ -198,7 +199,7 @@ def main(argv):
       if config.clients_per_round > len(task.client_ids):  # synthetic stand-ins are tiny
         config = dataclasses.replace(config, clients_per_round=len(task.client_ids))
       print(f'[{i + 1}/{len(combos)}] {preset} K={k} {name}', flush=True)
-      algorithm = registry.build(name, task.model_fn, hp)
+      algorithm = builds.build(name, task.model_fn, hp)
       training.run_training(algorithm, task, config,
                             extra_summary={'flags': trainer_flags.flag_values(args)},
                             identity=dict(trainer_flags.run_identity(args), preset=preset))

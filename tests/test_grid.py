@@ -80,24 +80,29 @@ def _run(module, *argv):
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(2400)  # three start-ups of TensorFlow
+@pytest.mark.timeout(2400)  # five start-ups of TensorFlow
 def test_a_grid_in_one_process_trains_the_models_of_separate_trainer_runs(tmp_path):
   """All combinations run in one process, each from its own values (no flag
-  rewritten between runs), give the models of one trainer process per run;
-  SCAFFOLD (client state) runs after FedAvg in the grid's process."""
+  rewritten between runs), give the models of one trainer process per run:
+  FedAvg's two learning rates on one shared build, then SCAFFOLD (client
+  state, a build per learning rate) in the grid's process."""
   import numpy as np
-  res = _run('experiments.grid', '--grid=algorithm=fedavg,scaffold', '--grid_name=g',
-             f'--root_output_dir={tmp_path}')
-  assert [line.split()[0] for line in res.stdout.splitlines() if line.startswith('[')] == [
-      '[1/2]', '[2/2]']
+  res = _run('experiments.grid', '--grid=algorithm=fedavg,scaffold;client_learning_rate=0.5,0.1',
+             '--grid_name=g', f'--root_output_dir={tmp_path}')
+  progress = [line for line in res.stdout.splitlines() if line.startswith('[')]
+  assert [line.split()[0] for line in progress] == ['[1/4]', '[2/4]', '[3/4]', '[4/4]']
+  assert ["earlier run's build" in line for line in progress] == [False, True, False, False]
   for algorithm in ('fedavg', 'scaffold'):
-    _run('experiments.train', f'--algorithm={algorithm}', f'--root_output_dir={tmp_path}',
-         f'--experiment_name=alone_{algorithm}')
-    grid = np.load(tmp_path / 'g' / f'algorithm={algorithm}' / 'final_weights.npz')
-    alone = np.load(tmp_path / f'alone_{algorithm}' / 'final_weights.npz')
-    assert grid.files == alone.files
-    for k in grid.files:
-      np.testing.assert_allclose(grid[k], alone[k], rtol=0, atol=1e-6)
+    for lr in ('0.5', '0.1'):
+      name = f'alone_{algorithm}_{lr}'
+      _run('experiments.train', f'--algorithm={algorithm}', f'--client_learning_rate={lr}',
+           f'--root_output_dir={tmp_path}', f'--experiment_name={name}')
+      grid = np.load(tmp_path / 'g' / f'algorithm={algorithm}_client_learning_rate={lr}' /
+                     'final_weights.npz')
+      alone = np.load(tmp_path / name / 'final_weights.npz')
+      assert grid.files == alone.files
+      for k in grid.files:
+        np.testing.assert_allclose(grid[k], alone[k], rtol=0, atol=1e-6)
 
 
 @pytest.mark.timeout(1200)

@@ -161,8 +161,7 @@ def set_schedule_values(state, values):
                            f'{list(old)}')
         items['values'] = type(old)((k, np.float64(values[k])) for k in old)
         found.append(True)
-      return type(node)(items) if not isinstance(node, collections.OrderedDict) else (
-          collections.OrderedDict((k, items[k]) for k in node))
+      return type(node)(items)  # `items` kept the node's order
     if attr.has(type(node)):
       return attr.evolve(node, **{f.name: replace(getattr(node, f.name))
                                   for f in attr.fields(type(node)) if f.init})

@@ -40,6 +40,7 @@ from experiments import common
 from experiments import flags as trainer_flags
 from experiments import report
 from experiments import runtime_flags
+from tff_algos import registry
 
 flags.adopt_module_key_flags(trainer_flags)  # --help lists the flags of both
 flags.adopt_module_key_flags(runtime_flags)
@@ -173,7 +174,6 @@ def plot_setting(curves: dict, path: str, title: str, metric: str):
 def _parse_grid(args: trainer_flags.TrainerArgs):
   """(algorithms, participations, targets, seeds, settings), each combination
   validated before any run; raises ValueError."""
-  from tff_algos import registry  # pylint: disable=g-import-not-at-top
   algorithms = list(FLAGS.algorithms)
   unknown = [a for a in algorithms if a not in registry.ALGORITHMS]
   if unknown or not algorithms:
@@ -193,19 +193,18 @@ def _parse_grid(args: trainer_flags.TrainerArgs):
   return algorithms, participations, targets, seeds, grid
 
 
-_BUILDS: dict = {}  # 'cache' -> this process's registry.BuildCache
+_BUILDS = registry.BuildCache()  # this process's builds
 
 
 def _run_one(task, args: trainer_flags.TrainerArgs, out_dir: str, label: str, part: float):
   """Trains one (setting, participation, algorithm, seed); its metrics rows and
   model size in bytes."""
-  from tff_algos import registry, training  # pylint: disable=g-import-not-at-top
+  from tff_algos import training  # pylint: disable=g-import-not-at-top
   _, hp, _ = trainer_flags.validate(grid=True, args=args)
   print(f'{label} p={part:g} ({args.clients_per_round}/{len(task.client_ids)} clients) '
         f'{args.algorithm} seed {args.seed} -> {out_dir}', flush=True)
   # Seeds (and schedule points) of one algorithm share a build (`registry.BuildCache`).
-  algorithm = _BUILDS.setdefault('cache', registry.BuildCache()).build(
-      args.algorithm, task.model_fn, hp)
+  algorithm = _BUILDS.build(args.algorithm, task.model_fn, hp)
   training.run_training(algorithm, task, trainer_flags.run_config(out_dir, args),
                         extra_summary={'flags': trainer_flags.flag_values(args),
                                        'setting': label, 'participation': part},

@@ -30,6 +30,7 @@ from experiments import common
 from experiments import flags as trainer_flags
 from experiments import report
 from experiments import runtime_flags
+from tff_algos import registry
 
 flags.adopt_module_key_flags(trainer_flags)  # --help lists the flags of both
 flags.adopt_module_key_flags(runtime_flags)
@@ -120,24 +121,23 @@ def run_grid(runs, grid_dir: str, select_metric: str, select_last_rounds: int,
 _TASKS: dict = {}  # TaskOptions -> task, per process
 # One build per algorithm and structure, per process: runs that differ only in
 # the client schedule's numbers (client_learning_rate, local_steps, decays) or
-# not at all (seeds) share it (`registry.BuildCache`).
-_BUILDS: dict = {}
+# not at all (seeds) share it.
+_BUILDS = registry.BuildCache()
 
 
 def _train_one(item: dict) -> tuple[int, dict]:
   """One combination of `run_grid` (in this process or a worker): (its index, its row)."""
   from tasks import get_task  # pylint: disable=g-import-not-at-top
-  from tff_algos import registry, training  # pylint: disable=g-import-not-at-top
+  from tff_algos import training  # pylint: disable=g-import-not-at-top
   args = trainer_flags.TrainerArgs(types.MappingProxyType(item['values']), item['given'])
   options, hp, _ = trainer_flags.validate(args=args)
   if options not in _TASKS:
     _TASKS[options] = get_task(args.task, options)
   task = _TASKS[options]
   combo = item['combo']
-  builds = _BUILDS.setdefault('cache', registry.BuildCache())
-  known = len(builds)
-  algorithm = builds.build(args.algorithm, task.model_fn, hp)
-  reused = " (an earlier run's build)" if len(builds) == known else ''
+  made = _BUILDS.made  # not len(): past MAX_BUILDS a new build replaces an old one
+  algorithm = _BUILDS.build(args.algorithm, task.model_fn, hp)
+  reused = " (an earlier run's build)" if _BUILDS.made == made else ''
   print(f"[{item['index'] + 1}/{item['total']}] {combination_name(combo)}{reused}", flush=True)
   result = training.run_training(algorithm, task, trainer_flags.run_config(item['out_dir'], args),
                                  extra_summary={'flags': item['summary_flags'], 'grid': combo},

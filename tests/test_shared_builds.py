@@ -94,9 +94,11 @@ def test_builds_are_shared_only_where_the_numbers_live_in_the_state(task):
   assert len(cache) == 5
   # At most MAX_BUILDS are kept, the least recently used dropped first.
   cache.MAX_BUILDS = 5
+  assert cache.made == 5
   assert cache.build('fedavg', task.model_fn, HParams()).process is a.process  # now recent
+  assert cache.made == 5  # reused
   cache.build('fedavg', task.model_fn, HParams(server_optimizer='adam'))
-  assert len(cache) == 5
+  assert len(cache) == 5 and cache.made == 6  # a new build, though the length stays
   assert cache.build('fedavg', task.model_fn, HParams()).process is a.process
 
 

@@ -198,16 +198,23 @@ class BuildCache:
   read from the state (the client schedule's gamma_0, d_gamma, K_0, d_K, and
   the server optimiser's eta where TFF's finalizer keeps it), which the
   trainer sets from `config.schedule_values()` (and
-  `config.shared_server_learning_rate()`) into the initial state. Keys include `model_fn` itself: reuse one task object per task.
+  `config.shared_server_learning_rate()`) into the initial state. Keys
+  include `model_fn` itself: reuse one task object per task. `made` counts
+  the builds made (a caller compares it to tell a reused build).
   """
 
   MAX_BUILDS = 32  # the least recently used build is dropped beyond this
 
   def __init__(self):
     self._built: collections.OrderedDict = collections.OrderedDict()
+    self.made = 0
 
   def __len__(self) -> int:
     return len(self._built)
+
+  def clear(self) -> None:
+    """Drops every kept build (`made` keeps counting)."""
+    self._built.clear()
 
   def build(self, name: str, model_fn, hp: HParams) -> FederatedAlgorithm:
     """`registry.build(name, model_fn, hp)`, built once per key."""
@@ -223,11 +230,13 @@ class BuildCache:
     try:
       hash(key)
     except TypeError:  # a config holding a list: built each time
+      self.made += 1
       return builder(model_fn, cfg, name)
     if key not in self._built:
       if len(self._built) >= self.MAX_BUILDS:
         self._built.popitem(last=False)
       self._built[key] = builder(model_fn, cfg, name)
+      self.made += 1
       return self._built[key]
     self._built.move_to_end(key)
     algorithm = self._built[key]

@@ -65,6 +65,27 @@ def test_client_output_is_Q_A_x_minus_c(quad, theta, gamma):
   assert out.metrics['client_work']['client_steps'] == 3 * len(theta)
 
 
+@pytest.mark.parametrize('theta', [(1, 1, 1, 1), (0, 0, 0, 1), (0, 1, 0, 1, 1), (0.5, 0, 2, 1)])
+def test_theta_sum_equals_the_weighted_sum_bit_for_bit(theta):
+  """0/1 weights add g_k or nothing (no product); the sums equal
+  s + theta_k g_k bitwise, steps past Theta adding 0."""
+  transform = local_update.theta_weighted_sum(np.asarray(theta, np.float32))
+  rng = np.random.default_rng(3)
+  weights = (tf.zeros([5, 3]), tf.zeros([3]))
+  state = transform.init(weights)
+  expected = [np.zeros([5, 3], np.float32), np.zeros([3], np.float32)]
+  update = tf.function(transform.update)
+  for step in range(len(theta) + 2):
+    grads = tuple(tf.constant(rng.normal(size=w.shape).astype(np.float32)) for w in weights)
+    out, state = update(grads, weights, state, tf.constant(step))
+    theta_k = np.float32(theta[step] if step < len(theta) else 0.0)
+    expected = [s + theta_k * g.numpy() for s, g in zip(expected, grads)]
+    for o, g in zip(out, grads):  # the step's gradient itself is unchanged
+      np.testing.assert_array_equal(o.numpy(), g.numpy())
+    for got, want in zip(state, expected):
+      np.testing.assert_array_equal(got.numpy().view(np.int32), want.view(np.int32))
+
+
 def test_update_norm_is_the_norm_of_q_before_eta(quad):
   # Paper 002, Fig. 3: ||q_t||, the averaged client output (x_{t+1} = x_t - eta q_t).
   a, c, x0, task = quad

@@ -180,7 +180,20 @@ class PlateauSchedule:
 
 def theta_weighted_sum(theta: np.ndarray) -> local_training.StepTransform:
   """sum_k theta_k g_k of the RAW minibatch gradients (steps past Theta: 0);
-  the gradient itself is left unchanged."""
+  the gradient itself is left unchanged.
+
+  Where every theta_k is 0 or 1 (all the presets), a step adds g_k itself or
+  nothing: one model-sized pass per weighted step instead of two (the product
+  theta_k g_k), none on the others. The sums are bit-identical to
+  s + theta_k g_k for finite gradients (1 g = g; s + (+-0) = s, as s starts at
+  +0 and never becomes -0). A non-finite g_k at a weight-0 step no longer
+  turns the sum into NaN (0 inf = NaN), but it makes the local model
+  non-finite, so the client is dropped either way (`rounds.drop_if_non_finite`
+  checks the model delta too).
+  """
+  theta = np.asarray(theta, np.float32)
+  binary = bool(np.all((theta == 0) | (theta == 1)))
+
   def init(trainable):
     return tuple(tf.zeros_like(v) for v in trainable)
 
@@ -189,6 +202,10 @@ def theta_weighted_sum(theta: np.ndarray) -> local_training.StepTransform:
     step_weights = tf.constant(theta, tf.float32)
     index = tf.minimum(step, tf.size(step_weights) - 1)
     theta_k = tf.where(step < tf.size(step_weights), tf.gather(step_weights, index), 0.0)
+    if binary:
+      return grads, tf.cond(theta_k > 0,
+                            lambda: tuple(s + g for s, g in zip(grad_sum, grads)),
+                            lambda: tuple(grad_sum))
     return grads, tuple(s + theta_k * g for s, g in zip(grad_sum, grads))
   return local_training.StepTransform(init, update)
 

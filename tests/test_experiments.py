@@ -78,6 +78,7 @@ def test_benchmark_prints_the_ratio_json():
   split = js['pure_tf_per_client_vs_floor'] * js['overhead_vs_pure_tf_per_client']
   assert 0.7 * js['overhead_vs_pure_tf'] < split < 1.4 * js['overhead_vs_pure_tf']
   assert set(js['scaling']) == {'10', '20', '40'}
+  assert js['per_algorithm_pairs'] == 3  # --quick: 3 round pairs per algorithm
   # (c) covers the whole registry (each algorithm timed, or its failure named),
   # and its ratios order algorithms by their work per round: FedSGD's one
   # gradient per client costs less than FedAvg's 10 local steps, Mimelite's

@@ -360,8 +360,9 @@ def _timed_run(module: str, args: list[str], out_root: str) -> float:
 def _trainer_loop_costs(quick: bool) -> dict:
   """(h) the trainer end to end, as a user meets it: the marginal milliseconds of
   a trainer round on the quadratic toy (10 clients, K = 1) from runs of two
-  lengths, the start-up that the extrapolation to 0 rounds leaves, and how many
-  runs of a 12-configuration grid of a small model finish per minute."""
+  lengths, the start-up that the extrapolation to 0 rounds leaves, the same two
+  with 10 rounds per TFF call, and how many runs of a 12-configuration grid of
+  a small model finish per minute."""
   import tempfile
   short, long = (100, 400) if quick else (300, 1200)
   toy = ['--task=quadratic', '--local_steps=1', '--clients_per_round=10',
@@ -371,15 +372,25 @@ def _trainer_loop_costs(quick: bool) -> dict:
                                                      '--experiment_name=short'], root)
     t_long = _timed_run('experiments.train', toy + [f'--total_rounds={long}',
                                                     '--experiment_name=long'], root)
+    # The same with 10 rounds per TFF call (`--rounds_per_call`; same models).
+    chained = toy + ['--rounds_per_call=10']
+    c_short = _timed_run('experiments.train', chained + [f'--total_rounds={short}',
+                                                         '--experiment_name=c_short'], root)
+    c_long = _timed_run('experiments.train', chained + [f'--total_rounds={long}',
+                                                        '--experiment_name=c_long'], root)
     grid = 'client_learning_rate=0.3,0.1,0.03;local_steps=1,2,5,10'
     t_grid = _timed_run('experiments.grid', [
         '--task=digits', '--model=logistic', '--total_rounds=5', '--rounds_per_eval=5',
         '--clients_per_round=5', f'--grid={grid}'], root)
   per_round = (t_long - t_short) / (long - short)
+  chained_per_round = (c_long - c_short) / (long - short)
   return dict(trainer_ms_per_round=1000 * per_round,
               startup_s=t_short - short * per_round,
+              trainer_ms_per_round_10_per_call=1000 * chained_per_round,
+              startup_s_10_per_call=c_short - short * chained_per_round,
               grid_runs_per_minute=12 * 60 / t_grid,
               trainer_run_seconds={str(short): t_short, str(long): t_long},
+              trainer_run_seconds_10_per_call={str(short): c_short, str(long): c_long},
               grid_seconds=t_grid)
 
 
@@ -456,7 +467,10 @@ def main(argv):
     _print_a_to_f(result)
   if 'trainer_ms_per_round' in result:
     print(f"trainer {result['trainer_ms_per_round']:.1f} ms/round (marginal), start-up "
-          f"{result['startup_s']:.1f} s, grid {result['grid_runs_per_minute']:.1f} runs/min")
+          f"{result['startup_s']:.1f} s; with --rounds_per_call=10 "
+          f"{result['trainer_ms_per_round_10_per_call']:.1f} ms/round, start-up "
+          f"{result['startup_s_10_per_call']:.1f} s; grid "
+          f"{result['grid_runs_per_minute']:.1f} runs/min")
   print(json.dumps(result))
   return 0
 

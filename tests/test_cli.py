@@ -38,6 +38,7 @@ BAD_FLAGS = [
     ('--model=resnet', "task 'digits' has no model 'resnet'"),
     ('--experiment_name=a/b', '--experiment_name must be'),
     ('--seed=-1', 'seed must be >= 0'),
+    ('--rounds_per_call=0', 'rounds_per_call must be >= 1'),
     ('--algorithm=fedsgd --server_lr_decay=2', 'decay must be in (0, 1]'),
     ('--algorithm=reptile --local_steps=0', '--local_steps must be >= 1'),
     ('--algorithm=kmaml --client_optimizer=adam', 'does not use --client_optimizer'),

@@ -99,4 +99,7 @@ def test_benchmark_prints_the_ratio_json():
   (short, t_short), (long, t_long) = sorted(runs.items())
   assert t_long > t_short
   assert js['startup_s'] + short * js['trainer_ms_per_round'] / 1000 == pytest.approx(t_short)
+  chained = {int(n): t for n, t in js['trainer_run_seconds_10_per_call'].items()}
+  assert js['startup_s_10_per_call'] + short * js['trainer_ms_per_round_10_per_call'] / 1000 \
+      == pytest.approx(chained[short])
   assert js['grid_runs_per_minute'] == pytest.approx(12 * 60 / js['grid_seconds'])

@@ -36,6 +36,7 @@ from tff_algos.run_config import RunConfig  # pylint: disable=unused-import  (tr
 from tff_algos import runtime
 from tff_algos import sampling
 from tff_algos.core import accounting
+from tff_algos.core import chain
 from tff_algos.core import client_work
 from tff_algos.core import local_training
 from tff_algos.core import stateful_process
@@ -280,24 +281,50 @@ class _RoundStep:
         self._datasets[cid] = dataset
     return dataset
 
-  def __call__(self, state, round_num: int) -> tuple[Any, dict[str, Any], int, bool]:
-    """(new state, the round's row, cohort size, whether every client was dropped)."""
+  def rounds(self, state, first: int, n: int) -> tuple[Any, list[tuple[dict[str, Any], int, bool]]]:
+    """Rounds first..first+n-1 in one TFF call where they can share one
+    (`core.chain`: the same models and metrics): (state after them, per round
+    (row, cohort size, whether every client was dropped)). Each row's
+    round_time_s is the call's time over n."""
     t0 = time.perf_counter()
     store = self.outputs.store
-    cohort = sampling.draw_cohort(self.client_ids, self.config, round_num)
-    data = [self._dataset(cid, round_num) for cid in cohort]
+    round_nums = range(first, first + n)
+    cohorts = [sampling.draw_cohort(self.client_ids, self.config, r) for r in round_nums]
+    if n > 1 and (store is not None or len({len(c) for c in cohorts}) > 1):
+      # Client states move between rounds; cohorts of several sizes (Bernoulli
+      # participation) are not one CLIENTS placement.
+      rounds = []
+      for r in round_nums:
+        state, more = self.rounds(state, r, 1)
+        rounds.extend(more)
+      return state, rounds
+    data = [[self._dataset(cid, r) for cid in cohort] for r, cohort in zip(round_nums, cohorts)]
     process = self.algorithm.process
     try:
-      if store is None:
-        output = process.next(state, data)
+      if store is not None:
+        output = process.next(state, data[0], store.gather(cohorts[0]))
+        store.scatter(cohorts[0], output.client_states)
+        state, metrics = output.state, [output.metrics]
+      elif n == 1:
+        output = process.next(state, data[0])
+        state, metrics = output.state, [output.metrics]
       else:
-        output = process.next(state, data, store.gather(cohort))
-        store.scatter(cohort, output.client_states)
+        state, metrics = chain.chained_next(process, n)(state, data)
     except runtime.WorkerStopped:
       runtime.raise_if_interrupted()  # the signal's KeyboardInterrupt was swallowed
       raise
+    rounds = [self._row(r, cohort, round_data, round_metrics) for r, cohort, round_data,
+              round_metrics in zip(round_nums, cohorts, data, metrics)]
+    seconds = (time.perf_counter() - t0) / n
+    for row, _, _ in rounds:
+      row['round_time_s'] = seconds
+    return state, rounds
+
+  def _row(self, round_num: int, cohort, data, metrics) -> tuple[dict[str, Any], int, bool]:
+    """A round's row (all but round_time_s), cohort size and whether every
+    client was dropped; adds the round to the running totals."""
     row = {'round': round_num + 1}
-    row.update(flatten_metrics(output.metrics))
+    row.update(flatten_metrics(metrics))
     m = len(cohort)
     all_dropped = _all_clients_dropped(row, m)
     traffic = self.algorithm.traffic
@@ -306,8 +333,7 @@ class _RoundStep:
     row['client_flops'] = accounting.round_client_flops(
         self.algorithm.compute, self.model_cost, row, self.client_sizes, cohort, data)
     self.outputs.cumulative.update(row)
-    row['round_time_s'] = time.perf_counter() - t0
-    return output.state, row, m, all_dropped
+    return row, m, all_dropped
 
 
 class _RoundLoop:
@@ -323,6 +349,18 @@ class _RoundLoop:
     self.last_eval: dict[str, float] = {}
     self.bar = None
     self.wall_s = 0.0  # the rounds' wall time
+    self.per_call = config.rounds_per_call
+    if self.per_call > 1:
+      algorithm = one_round.algorithm
+      why = ('a round callback sees every round' if round_callback is not None
+             else f"{algorithm.name}'s clients keep states" if algorithm.stateful_clients
+             else f"{algorithm.name}'s process cannot be chained"
+             if not chain.can_chain(algorithm.process)
+             else 'several workers merge one aggregation per call'
+             if not chain.context_runs_chains() else None)
+      if why:
+        run_dir.notice(f'rounds_per_call={self.per_call} runs one round per call here: {why}')
+        self.per_call = 1
 
   def run(self, state, start_round: int):
     config, outputs = self.config, self.outputs
@@ -338,22 +376,28 @@ class _RoundLoop:
     finished = checkpointed = start_round  # rounds fully written / checkpointed
     dropped_streak = _DroppedStreak(config.max_rounds_all_dropped, _warner(self.bar))
     try:
-      for round_num in rounds:
+      round_num = start_round
+      while round_num < config.total_rounds:
         runtime.raise_if_interrupted()  # a SIGINT whose KeyboardInterrupt was swallowed
-        state, row, m, all_dropped = self.one_round(state, round_num)
-        done = round_num + 1
-        self._evaluate(state, row, done)
-        if self.round_callback is not None:
-          self.round_callback(done, state, row)  # may add columns to the row
-        self.history.append(row)
-        outputs.record(row)
-        finished = done
-        if done % config.rounds_per_checkpoint == 0 or done == config.total_rounds:
-          with run_dir.signals_deferred():  # a stop never cuts a checkpoint short
-            if outputs.save(state, done):
-              checkpointed = done
-        self._show(row)
-        dropped_streak.update(done, m, all_dropped)
+        # Evaluations, checkpoints and callbacks fall on a call's last round,
+        # where `state` is that round's.
+        state, results = self.one_round.rounds(state, round_num,
+                                               self._rounds_in_call(round_num))
+        for row, m, all_dropped in results:
+          round_num += 1
+          done = round_num
+          self._evaluate(state, row, done)
+          if self.round_callback is not None:
+            self.round_callback(done, state, row)  # may add columns to the row
+          self.history.append(row)
+          outputs.record(row)
+          finished = done
+          if done % config.rounds_per_checkpoint == 0 or done == config.total_rounds:
+            with run_dir.signals_deferred():  # a stop never cuts a checkpoint short
+              if outputs.save(state, done):
+                checkpointed = done
+          self._show(row)
+          dropped_streak.update(done, m, all_dropped)
     except KeyboardInterrupt as e:
       resume = ('' if checkpointed == finished
                 else f' (from its checkpoint of round {checkpointed})')
@@ -363,6 +407,19 @@ class _RoundLoop:
       self._close()
     self.wall_s = time.perf_counter() - t_start
     return state
+
+  def _rounds_in_call(self, round_num: int) -> int:
+    """Rounds from `round_num` on that one TFF call runs: up to
+    `rounds_per_call`, ending at the next evaluation, checkpoint or last round
+    (one with a round callback, which sees every round's state)."""
+    config = self.config
+    if self.per_call == 1:
+      return 1
+    n = min(self.per_call, config.total_rounds - round_num,
+            config.rounds_per_checkpoint - round_num % config.rounds_per_checkpoint)
+    if config.rounds_per_eval:
+      n = min(n, config.rounds_per_eval - round_num % config.rounds_per_eval)
+    return n
 
   def _evaluate(self, state, row: dict[str, Any], done: int) -> None:
     config = self.config

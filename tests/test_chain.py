@@ -58,6 +58,17 @@ def test_chained_rounds_equal_one_call_per_round(task, fedavg, build):
   assert chain.chained_next(process, 4) is chain.chained_next(process, 4)  # built once
 
 
+def test_a_process_no_longer_used_drops_its_chains(task):
+  import gc
+  import weakref
+  process = fedopt.build_fedopt(task.model_fn, fedopt.FedOptConfig(local_steps=1)).process
+  chain.chained_next(process, 2)
+  ref = weakref.ref(process)
+  del process
+  gc.collect()
+  assert ref() is None
+
+
 def test_only_processes_of_state_and_client_data_chain(task):
   algorithm = feddyn.build_feddyn(task.model_fn, feddyn.FedDynConfig(local_steps=2))
   assert not chain.can_chain(algorithm.process)

@@ -66,13 +66,16 @@ def chained_next(process, n: int) -> tff.Computation:
   chains = _CHAINS.setdefault(process, {})
   chain = chains.get(n)
   if chain is None:
-    state_type, data_type = process.next.type_signature.parameter
+    # The chain holds `next`, not the process, so a process no longer used
+    # elsewhere drops out of `_CHAINS` with its chains.
+    next_fn = process.next
+    state_type, data_type = next_fn.type_signature.parameter
 
     @tff.federated_computation(state_type, tff.StructType([data_type] * n))
     def chain(state, data):
       metrics = []
       for i in range(n):
-        output = process.next(state, data[i])
+        output = next_fn(state, data[i])
         state = output[0]
         metrics.append(output[1])
       return state, metrics

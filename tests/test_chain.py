@@ -2,6 +2,7 @@
 the same models and metrics as one round per call, bit for bit."""
 
 import csv
+import dataclasses
 import os
 
 import numpy as np
@@ -25,6 +26,20 @@ def fedavg(task):
       local_steps_decay=0.8, server_optimizer=optimizers.OptimizerSpec('adam', 0.02)))
 
 
+@pytest.fixture(params=['cpp', 'inprocess'])
+def backend(request):
+  """The session's context (TFF's C++ worker, tests/conftest.py) or the
+  binaries' default in-process backend, whose whole-call tracer turns a chain
+  into one traced TensorFlow call."""
+  if request.param == 'cpp':
+    yield request.param
+    return
+  from tensorflow_federated.python.core.impl.context_stack import context_stack_impl
+  from tff_algos.runtime import inprocess
+  with context_stack_impl.context_stack.install(inprocess.create_context()):
+    yield request.param
+
+
 def _bits(structure):
   return [np.asarray(x).tobytes() for x in tf.nest.flatten(structure)]
 
@@ -36,7 +51,7 @@ def _decay(task):
 
 
 @pytest.mark.parametrize('build', ['fedavg', 'local_update_decay'])
-def test_chained_rounds_equal_one_call_per_round(task, fedavg, build):
+def test_chained_rounds_equal_one_call_per_round(task, fedavg, build, backend):
   """FedAvg with an Adam server and a K schedule; LocalUpdateDecay, whose
   plateau state sets both learning rates inside the round."""
   process = (fedavg if build == 'fedavg' else _decay(task)).process
@@ -88,7 +103,7 @@ def _rows(out_dir):
 
 
 def test_run_with_rounds_per_call_equals_one_round_per_call(task, fedavg, tmp_path,
-                                                            monkeypatch):
+                                                            monkeypatch, backend):
   one = training.run_training(fedavg, task, _config(str(tmp_path / 'one'), 1))
   lengths = []
   real = chain.chained_next
@@ -108,6 +123,12 @@ def test_run_with_rounds_per_call_equals_one_round_per_call(task, fedavg, tmp_pa
   assert many.final_eval == one.final_eval
   times = [r['round_time_s'] for r in many.history]
   assert times[5] == times[6] == times[7] > 0  # rounds 6-8: one call's time over 3
+  # Without an output directory nothing is saved, so calls end only at
+  # evaluations and the end.
+  lengths.clear()
+  unsaved = training.run_training(fedavg, task, _config(None, 7))
+  assert lengths == [5, 5, 5, 5, 3]
+  assert _bits(unsaved.model_weights) == _bits(one.model_weights)
 
 
 def test_resume_with_rounds_per_call_continues_the_same_run(task, fedavg, tmp_path):
@@ -130,6 +151,19 @@ def test_clients_with_states_run_one_round_per_call(task, tmp_path, capsys):
   many = training.run_training(algorithm, task, _config(None, 5, total=6))
   assert "rounds_per_call=5 runs one round per call here: feddyn's clients keep states" in (
       capsys.readouterr().err)
+  assert _bits(many.model_weights) == _bits(one.model_weights)
+
+
+def test_bernoulli_participation_runs_one_round_per_call(task, fedavg, capsys):
+  """Cohorts of several sizes are not one CLIENTS placement."""
+  def config(per_call):
+    return dataclasses.replace(_config(None, per_call, total=6), participation_prob=0.4)
+  one = training.run_training(fedavg, task, config(1))
+  capsys.readouterr()
+  many = training.run_training(fedavg, task, config(3))
+  assert ('rounds_per_call=3 runs one round per call here: participation_prob draws '
+          'cohorts of several sizes') in capsys.readouterr().err
+  assert len({r['client_work/train/num_examples'] for r in one.history}) > 1
   assert _bits(many.model_weights) == _bits(one.model_weights)
 
 

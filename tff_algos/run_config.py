@@ -36,9 +36,10 @@ class RunConfig:
   # which something leaves the computation (evaluations, checkpoints); the
   # models and metrics are those of one round per call, bit for bit. Pays off
   # on small models over many rounds (a round's fixed cost goes once per call);
-  # each chain length is traced once (~0.12 s a round on the quadratic toy).
-  # Algorithms whose clients keep states, and runs with a round callback, run
-  # one round per call.
+  # each chain length is traced once (~0.15 s a round on the quadratic toy).
+  # Algorithms whose clients keep states, runs with a round callback, Bernoulli
+  # participation (`participation_prob`: cohorts of several sizes) and several
+  # workers (`--workers`) run one round per call.
   rounds_per_call: int = 1
 
   def __post_init__(self):

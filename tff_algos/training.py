@@ -357,7 +357,10 @@ class _RoundLoop:
              else f"{algorithm.name}'s process cannot be chained"
              if not chain.can_chain(algorithm.process)
              else 'several workers merge one aggregation per call'
-             if not chain.context_runs_chains() else None)
+             if not chain.context_runs_chains()
+             else 'participation_prob draws cohorts of several sizes'
+             if config.participation_prob is not None and config.participation_prob < 1
+             else None)
       if why:
         run_dir.notice(f'rounds_per_call={self.per_call} runs one round per call here: {why}')
         self.per_call = 1
@@ -410,13 +413,14 @@ class _RoundLoop:
 
   def _rounds_in_call(self, round_num: int) -> int:
     """Rounds from `round_num` on that one TFF call runs: up to
-    `rounds_per_call`, ending at the next evaluation, checkpoint or last round
-    (one with a round callback, which sees every round's state)."""
+    `rounds_per_call`, ending at the next evaluation, checkpoint (when there
+    is an output directory) or last round."""
     config = self.config
     if self.per_call == 1:
       return 1
-    n = min(self.per_call, config.total_rounds - round_num,
-            config.rounds_per_checkpoint - round_num % config.rounds_per_checkpoint)
+    n = min(self.per_call, config.total_rounds - round_num)
+    if self.outputs.state_manager is not None:
+      n = min(n, config.rounds_per_checkpoint - round_num % config.rounds_per_checkpoint)
     if config.rounds_per_eval:
       n = min(n, config.rounds_per_eval - round_num % config.rounds_per_eval)
     return n

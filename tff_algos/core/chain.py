@@ -11,7 +11,8 @@ so those costs are paid once per n rounds. It runs the same computations in
 the same order as n calls of `process.next`, so its state and metrics equal
 theirs bit for bit (`tests/test_chain.py`); only the boundaries between calls
 go. The trainer uses it between the rounds at which something must leave the
-computation (an evaluation, a checkpoint, a round callback).
+computation (an evaluation, a checkpoint, the last round); a run with a round
+callback, which sees every round's state, runs one round per call.
 
 Only processes whose `next` takes (server state, client data) and returns
 (state, metrics) can be chained (`can_chain`); one whose clients keep states

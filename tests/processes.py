@@ -1,10 +1,25 @@
 """Driving a TFF learning process in tests: rounds from given weights, the
-trainable weights it ends with, and a training run crashed and resumed."""
+trainable weights it ends with, a training run crashed and resumed, and the
+small run the round-loop tests share."""
 
 import numpy as np
 import pytest
 
-from tff_algos import training
+from tasks import TaskOptions, get_task
+from tff_algos import fedopt, training
+from tff_algos.core import optimizers
+
+
+def digits_task():
+  """12 clients of the digits task with its logistic model, batches of 16."""
+  return get_task('digits', TaskOptions(batch_size=16, num_clients=12, model='logistic'))
+
+
+def fedavg_with_schedule(task):
+  """FedAvg with 3 local steps decaying by 0.8 and an Adam server."""
+  return fedopt.build_fedopt(task.model_fn, fedopt.FedOptConfig(
+      client_optimizer=optimizers.OptimizerSpec('sgd', 0.1), local_steps=3,
+      local_steps_decay=0.8, server_optimizer=optimizers.OptimizerSpec('adam', 0.02)))
 
 
 def run_rounds(process, weights, data, rounds):

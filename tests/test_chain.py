@@ -9,21 +9,19 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tasks import TaskOptions, get_task
+import processes
 from tff_algos import feddyn, fedopt, local_update, training
-from tff_algos.core import chain, optimizers
+from tff_algos.core import chain
 
 
 @pytest.fixture(scope='module')
 def task():
-  return get_task('digits', TaskOptions(batch_size=16, num_clients=12, model='logistic'))
+  return processes.digits_task()
 
 
 @pytest.fixture(scope='module')
 def fedavg(task):
-  return fedopt.build_fedopt(task.model_fn, fedopt.FedOptConfig(
-      client_optimizer=optimizers.OptimizerSpec('sgd', 0.1), local_steps=3,
-      local_steps_decay=0.8, server_optimizer=optimizers.OptimizerSpec('adam', 0.02)))
+  return processes.fedavg_with_schedule(task)
 
 
 @pytest.fixture(params=['cpp', 'inprocess'])

@@ -8,23 +8,20 @@ import os
 import numpy as np
 import pytest
 
+import processes
 from processes import run_crashed_then_resumed
-from tasks import TaskOptions, get_task
-from tff_algos import fedopt, sampling, training
-from tff_algos.core import optimizers
+from tff_algos import sampling, training
 from tff_algos.errors import UserError
 
 
 @pytest.fixture(scope='module')
 def task():
-  return get_task('digits', TaskOptions(batch_size=16, num_clients=12, model='logistic'))
+  return processes.digits_task()
 
 
 @pytest.fixture(scope='module')
 def algorithm(task):
-  return fedopt.build_fedopt(task.model_fn, fedopt.FedOptConfig(
-      client_optimizer=optimizers.OptimizerSpec('sgd', 0.1), local_steps=3,
-      local_steps_decay=0.8, server_optimizer=optimizers.OptimizerSpec('adam', 0.02)))
+  return processes.fedavg_with_schedule(task)
 
 
 def config(out_dir, rounds=6, seed=0):

@@ -288,16 +288,8 @@ class _RoundStep:
     round_time_s is the call's time over n."""
     t0 = time.perf_counter()
     store = self.outputs.store
-    round_nums = range(first, first + n)
+    round_nums = range(first, first + n)  # n = 1 where chains cannot run (`_one_per_call`)
     cohorts = [sampling.draw_cohort(self.client_ids, self.config, r) for r in round_nums]
-    if n > 1 and (store is not None or len({len(c) for c in cohorts}) > 1):
-      # Client states move between rounds; cohorts of several sizes (Bernoulli
-      # participation) are not one CLIENTS placement.
-      rounds = []
-      for r in round_nums:
-        state, more = self.rounds(state, r, 1)
-        rounds.extend(more)
-      return state, rounds
     data = [[self._dataset(cid, r) for cid in cohort] for r, cohort in zip(round_nums, cohorts)]
     process = self.algorithm.process
     try:
@@ -350,20 +342,10 @@ class _RoundLoop:
     self.bar = None
     self.wall_s = 0.0  # the rounds' wall time
     self.per_call = config.rounds_per_call
-    if self.per_call > 1:
-      algorithm = one_round.algorithm
-      why = ('a round callback sees every round' if round_callback is not None
-             else f"{algorithm.name}'s clients keep states" if algorithm.stateful_clients
-             else f"{algorithm.name}'s process cannot be chained"
-             if not chain.can_chain(algorithm.process)
-             else 'several workers merge one aggregation per call'
-             if not chain.context_runs_chains()
-             else 'participation_prob draws cohorts of several sizes'
-             if config.participation_prob is not None and config.participation_prob < 1
-             else None)
-      if why:
-        run_dir.notice(f'rounds_per_call={self.per_call} runs one round per call here: {why}')
-        self.per_call = 1
+    why = _one_per_call(one_round.algorithm, config, round_callback) if self.per_call > 1 else None
+    if why:
+      run_dir.notice(f'rounds_per_call={self.per_call} runs one round per call here: {why}')
+      self.per_call = 1
 
   def run(self, state, start_round: int):
     config, outputs = self.config, self.outputs
@@ -464,6 +446,23 @@ def _summary(algorithm: FederatedAlgorithm, task: Task, config: RunConfig,
               fwd_bwd_flops_per_example=model_cost.fwd_bwd_flops_per_example,
               num_params=model_cost.num_params,
               final_eval=final_eval, task_info=task.info)
+
+
+def _one_per_call(algorithm: FederatedAlgorithm, config: RunConfig,
+                  round_callback: Optional[RoundCallback]) -> Optional[str]:
+  """Why this run's rounds cannot share TFF calls (`core.chain`), or None."""
+  if round_callback is not None:
+    return 'a round callback sees every round'
+  if algorithm.stateful_clients:  # the store is read and written between rounds
+    return f"{algorithm.name}'s clients keep states"
+  if not chain.can_chain(algorithm.process):
+    return f"{algorithm.name}'s process cannot be chained"
+  if not chain.context_runs_chains():
+    return 'several workers merge one aggregation per call'
+  if config.participation_prob is not None and config.participation_prob < 1:
+    # Cohorts of several sizes are not one CLIENTS placement.
+    return 'participation_prob draws cohorts of several sizes'
+  return None
 
 
 def _all_clients_dropped(row: dict[str, Any], cohort_size: int) -> bool:

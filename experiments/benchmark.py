@@ -368,29 +368,27 @@ def _trainer_loop_costs(quick: bool) -> dict:
   toy = ['--task=quadratic', '--local_steps=1', '--clients_per_round=10',
          f'--rounds_per_eval={short}']
   with tempfile.TemporaryDirectory() as root:
-    t_short = _timed_run('experiments.train', toy + [f'--total_rounds={short}',
-                                                     '--experiment_name=short'], root)
-    t_long = _timed_run('experiments.train', toy + [f'--total_rounds={long}',
-                                                    '--experiment_name=long'], root)
+
+    def run_lengths(extra: list[str], name: str) -> tuple[float, float, dict]:
+      """(marginal s a round, start-up s, {rounds: run seconds}) of the toy."""
+      seconds = {n: _timed_run('experiments.train', toy + extra + [
+          f'--total_rounds={n}', f'--experiment_name={name}{n}'], root) for n in (short, long)}
+      per_round = (seconds[long] - seconds[short]) / (long - short)
+      return per_round, seconds[short] - short * per_round, {str(n): t for n, t in
+                                                             seconds.items()}
+    per_round, startup, runs = run_lengths([], 'toy')
     # The same with 10 rounds per TFF call (`--rounds_per_call`; same models).
-    chained = toy + ['--rounds_per_call=10']
-    c_short = _timed_run('experiments.train', chained + [f'--total_rounds={short}',
-                                                         '--experiment_name=c_short'], root)
-    c_long = _timed_run('experiments.train', chained + [f'--total_rounds={long}',
-                                                        '--experiment_name=c_long'], root)
+    chained_per_round, chained_startup, chained_runs = run_lengths(
+        ['--rounds_per_call=10'], 'chained')
     grid = 'client_learning_rate=0.3,0.1,0.03;local_steps=1,2,5,10'
     t_grid = _timed_run('experiments.grid', [
         '--task=digits', '--model=logistic', '--total_rounds=5', '--rounds_per_eval=5',
         '--clients_per_round=5', f'--grid={grid}'], root)
-  per_round = (t_long - t_short) / (long - short)
-  chained_per_round = (c_long - c_short) / (long - short)
-  return dict(trainer_ms_per_round=1000 * per_round,
-              startup_s=t_short - short * per_round,
+  return dict(trainer_ms_per_round=1000 * per_round, startup_s=startup,
               trainer_ms_per_round_10_per_call=1000 * chained_per_round,
-              startup_s_10_per_call=c_short - short * chained_per_round,
+              startup_s_10_per_call=chained_startup,
               grid_runs_per_minute=12 * 60 / t_grid,
-              trainer_run_seconds={str(short): t_short, str(long): t_long},
-              trainer_run_seconds_10_per_call={str(short): c_short, str(long): c_long},
+              trainer_run_seconds=runs, trainer_run_seconds_10_per_call=chained_runs,
               grid_seconds=t_grid)
 
 

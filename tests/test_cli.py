@@ -8,9 +8,11 @@ import sys
 import time
 
 import numpy as np
+import psutil
 import pytest
 
 from conftest import default_sigint, wait_dead, worker_pids_of
+from tff_algos.core import crash_points
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BASE = ['--task=digits', '--model=logistic', '--clients_per_round=5',
@@ -85,16 +87,15 @@ def test_missing_dataset_names_the_file(tmp_path):
   assert 'emnist_all.sqlite' in res.stderr and str(tmp_path) in res.stderr
 
 
-def _wait_rows(path, n, proc, timeout=240):
+def _wait_stopped(proc, timeout=240):
+  """Waits until `proc` has stopped itself (`crash_points` ...:stop)."""
   deadline = time.monotonic() + timeout
   while time.monotonic() < deadline:
     if proc.poll() is not None:
       raise AssertionError(f'run ended early: {proc.stderr.read()[-3000:]}')
-    if os.path.exists(path):
-      with open(path) as f:
-        if sum(1 for _ in f) - 1 >= n:
-          return
-    time.sleep(0.2)
+    if psutil.Process(proc.pid).status() == psutil.STATUS_STOPPED:
+      return
+    time.sleep(0.05)
   raise AssertionError('no progress')
 
 
@@ -119,17 +120,23 @@ def test_killed_run_leaves_no_worker_and_resumes_to_the_same_model(
     tmp_path, sig, backend, uninterrupted):
   rounds = ROUNDS
 
-  env = dict(os.environ, PYTHONPATH=ROOT)
+  # The run holds itself after its 5th metrics row (written in a batch with
+  # others, maybe) and the signal lands there. Polling metrics.csv instead
+  # raced a fast in-process run to its end (seen once).
+  env = dict(os.environ, PYTHONPATH=ROOT, **{crash_points.ENV: 'metrics_row:5:stop'})
   proc = subprocess.Popen(train_cmd(tmp_path, 'killed', rounds, f'--backend={backend}'),
                           cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                           text=True, preexec_fn=default_sigint)
-  _wait_rows(tmp_path / 'killed' / 'metrics.csv', 5, proc)
+  _wait_stopped(proc)
+  with open(tmp_path / 'killed' / 'metrics.csv') as f:
+    assert sum(1 for _ in f) - 1 >= 5
   workers = worker_pids_of(proc.pid)
   if backend == 'cpp':
     assert workers, 'the run should be using a worker'
   else:
     assert workers == []
   proc.send_signal(sig)
+  proc.send_signal(signal.SIGCONT)
   proc.communicate(timeout=60)
   assert proc.returncode != 0
   assert wait_dead(workers) == []

@@ -203,6 +203,19 @@ def test_ctrl_c_while_a_checkpoint_is_written_keeps_it(runs, algorithms, task, t
   assert_same_model(runs, name, out, result)
 
 
+def test_crash_point_specs(monkeypatch):
+  for spec, target in [('metrics_row', ('metrics_row', 1, signal.SIGKILL)),
+                       ('store_checkpoint:3', ('store_checkpoint', 3, signal.SIGKILL)),
+                       ('metrics_row:5:stop', ('metrics_row', 5, signal.SIGSTOP))]:
+    monkeypatch.setenv(crash_points.ENV, spec)
+    assert crash_points._target() == target  # pylint: disable=protected-access
+  monkeypatch.setenv(crash_points.ENV, 'metrics_row:5:pause')
+  with pytest.raises(ValueError, match='must be "stop"'):
+    crash_points._target()  # pylint: disable=protected-access
+  monkeypatch.delenv(crash_points.ENV)
+  assert crash_points._target() is None  # pylint: disable=protected-access
+
+
 def test_signals_deferred_delivers_the_first_signal_at_the_end(python_sigint):
   seen = []
   with pytest.raises(KeyboardInterrupt):

@@ -2,7 +2,10 @@
 
 `TFF_ALGOS_CRASH_AT=<name>:<n>` sends SIGKILL to this process the n-th time it
 reaches the point `<name>` (n defaults to 1), as a power cut or `kill -9` would
-at that instant: nothing after it runs, no handler, no `finally`. Unset (every
+at that instant: nothing after it runs, no handler, no `finally`.
+`TFF_ALGOS_CRASH_AT=<name>:<n>:stop` sends SIGSTOP instead: the process holds
+there until a test has sent it a signal (SIGTERM, SIGINT) and SIGCONT, so the
+signal lands at that point, whatever the speed of the machine. Unset (every
 real run), `reached` is one comparison.
 
 Points: `store_scatter_logged` (undo entries synced, no row written yet),
@@ -25,8 +28,11 @@ def _target():
   spec = os.environ.get(ENV)
   if not spec:
     return None
-  name, _, count = spec.partition(':')
-  return name, int(count or 1)
+  name, _, rest = spec.partition(':')
+  count, _, action = rest.partition(':')
+  if action not in ('', 'stop'):
+    raise ValueError(f'{ENV}={spec}: the action after the count must be "stop" or nothing')
+  return name, int(count or 1), signal.SIGSTOP if action else signal.SIGKILL
 
 
 _TARGET = _target()
@@ -34,9 +40,9 @@ _seen = {}
 
 
 def reached(name: str) -> None:
-  """Kills the process if this is the configured point's n-th arrival."""
+  """Kills (or stops) the process if this is the configured point's n-th arrival."""
   if _TARGET is None or _TARGET[0] != name:
     return
   _seen[name] = _seen.get(name, 0) + 1
   if _seen[name] == _TARGET[1]:
-    os.kill(os.getpid(), signal.SIGKILL)
+    os.kill(os.getpid(), _TARGET[2])

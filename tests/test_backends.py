@@ -717,3 +717,42 @@ def test_seeded_dropout_keeps_one_lane_and_the_one_lane_model(task, client_data)
       assert len(training[0].imports) == (1 if dropout or lanes == 1 else 3)
   assert_same(results[True, 3], results[True, 1], atol=0)
   assert_same(results[False, 3], results[False, 1])
+
+
+def test_inprocess_results_are_read_only_views_fed_back_without_copies(task, client_data):
+  """A result is a read-only array over its tensor's own buffer, and fed back
+  (the next round's state) it is that tensor again: no copy either way."""
+  import gc
+  from tensorflow_federated.python.core.impl.types import computation_types
+  from tff_algos.runtime import inprocess
+  from tff_algos.runtime.inprocess import values
+  spec = computation_types.TensorType(np.float32, [2, 3])
+  tensor = tf.constant(np.arange(6, dtype=np.float32).reshape(2, 3))
+  array = values.materialise(tensor)
+  np.testing.assert_array_equal(array, tensor.numpy())
+  assert not array.flags.writeable
+  with pytest.raises(ValueError, match='read-only'):
+    array[0, 0] = 7.0
+  assert values.ingest(array, spec) is tensor
+  copy = array.copy()  # not a result: converted as before
+  assert copy.flags.writeable and values.ingest(copy, spec) is not tensor
+  np.testing.assert_array_equal(values.ingest(copy, spec), tensor)
+  as_float64 = values.ingest(array, computation_types.TensorType(np.float64, [2, 3]))
+  assert as_float64.dtype == tf.float64  # another dtype: converted
+  assert values.materialise(tf.constant(2.5)) == np.float32(2.5)  # scalars as numpy()
+  shown = len(values._SHOWN)  # pylint: disable=protected-access
+  del array
+  gc.collect()
+  assert len(values._SHOWN) == shown - 1  # pylint: disable=protected-access
+  # A learning process's rounds on such state equal rounds on copied state.
+  ctx = inprocess.create_context()
+  process = fedavg(task).process
+  with context_stack_impl.context_stack.install(ctx):
+    state = process.initialize()
+    arrays = [a for a in tf.nest.flatten(state) if isinstance(a, np.ndarray) and a.ndim]
+    assert arrays and not any(a.flags.writeable for a in arrays)
+    fed_back = process.next(process.next(state, client_data).state, client_data).state
+    copied = process.next(tf.nest.map_structure(np.copy, process.next(
+        state, client_data).state), client_data).state
+  for x, y in zip(leaves(fed_back), leaves(copied), strict=True):
+    np.testing.assert_array_equal(x, y)

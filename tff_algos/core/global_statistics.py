@@ -184,6 +184,8 @@ def build_statistics_client_work(
     return tff.templates.MeasuredProcessOutput(
         new_state, result, tff.federated_zip(measurements))
 
+  # eta_t from the schedule's part of this client work's state (None: constant).
+  schedule_lr = schedule.server_learning_rate_fn
+  server_lr = None if schedule_lr is None else lambda state: schedule_lr(state['schedule'])
   return client_work_lib.ClientWork(
-      tff.learning.templates.ClientWorkProcess(init_fn, next_fn), client_update,
-      schedule.server_learning_rate_fn)
+      tff.learning.templates.ClientWorkProcess(init_fn, next_fn), client_update, server_lr)

@@ -62,7 +62,8 @@ flags.DEFINE_list('models', [],
 flags.DEFINE_bool('models_only', False, 'Measure only (g), skipping (a)-(f).')
 flags.DEFINE_bool('trainer_loop', True,
                   '(h) time the trainer binary end to end: trainer_ms_per_round (the '
-                  'marginal cost of a round of the quadratic toy, from two run lengths), '
+                  'marginal cost of a round of the quadratic toy, from two run lengths, '
+                  'and inside the longer run: trainer_ms_per_round_in_run), '
                   'startup_s, and grid_runs_per_minute (a 12-configuration grid).')
 flags.DEFINE_bool('trainer_loop_only', False, 'Measure only (h).')
 FLAGS = flags.FLAGS
@@ -357,35 +358,57 @@ def _timed_run(module: str, args: list[str], out_root: str) -> float:
   return seconds
 
 
+def _in_run_ms_per_round(run_dir: str, first: int, last: int) -> float:
+  """Milliseconds a round between rounds `first` and `last` of ONE run, from
+  the wall times of its TensorBoard rows (taken as each round ends): the
+  marginal cost without the start-up of two processes, whose spread (~1 s
+  between runs here) swamps a difference of a few hundred rounds."""
+  import glob
+  import os
+  from tff_algos import run_outputs
+  walls = {}
+  for path in glob.glob(os.path.join(run_dir, 'tb', 'events.out.tfevents.*')):
+    for event in run_outputs._read_events(path):  # pylint: disable=protected-access
+      if event.HasField('summary'):
+        walls.setdefault(event.step, event.wall_time)
+  return 1000 * (walls[last] - walls[first]) / (last - first)
+
+
 def _trainer_loop_costs(quick: bool) -> dict:
   """(h) the trainer end to end, as a user meets it: the marginal milliseconds of
   a trainer round on the quadratic toy (10 clients, K = 1) from runs of two
   lengths, the start-up that the extrapolation to 0 rounds leaves, the same two
   with 10 rounds per TFF call, and how many runs of a 12-configuration grid of
-  a small model finish per minute."""
+  a small model finish per minute. `..._in_run` keys: the marginal cost inside
+  the longer run (`_in_run_ms_per_round`), the finer measure."""
+  import os
   import tempfile
   short, long = (100, 400) if quick else (300, 1200)
   toy = ['--task=quadratic', '--local_steps=1', '--clients_per_round=10',
          f'--rounds_per_eval={short}']
   with tempfile.TemporaryDirectory() as root:
 
-    def run_lengths(extra: list[str], name: str) -> tuple[float, float, dict]:
-      """(marginal s a round, start-up s, {rounds: run seconds}) of the toy."""
+    def run_lengths(extra: list[str], name: str) -> tuple[float, float, dict, float]:
+      """(marginal s a round, start-up s, {rounds: run seconds}, marginal ms a
+      round inside the longer run) of the toy."""
       seconds = {n: _timed_run('experiments.train', toy + extra + [
           f'--total_rounds={n}', f'--experiment_name={name}{n}'], root) for n in (short, long)}
       per_round = (seconds[long] - seconds[short]) / (long - short)
-      return per_round, seconds[short] - short * per_round, {str(n): t for n, t in
-                                                             seconds.items()}
-    per_round, startup, runs = run_lengths([], 'toy')
+      in_run = _in_run_ms_per_round(os.path.join(root, f'{name}{long}'), short, long)
+      return (per_round, seconds[short] - short * per_round,
+              {str(n): t for n, t in seconds.items()}, in_run)
+    per_round, startup, runs, in_run = run_lengths([], 'toy')
     # The same with 10 rounds per TFF call (`--rounds_per_call`; same models).
-    chained_per_round, chained_startup, chained_runs = run_lengths(
+    chained_per_round, chained_startup, chained_runs, chained_in_run = run_lengths(
         ['--rounds_per_call=10'], 'chained')
     grid = 'client_learning_rate=0.3,0.1,0.03;local_steps=1,2,5,10'
     t_grid = _timed_run('experiments.grid', [
         '--task=digits', '--model=logistic', '--total_rounds=5', '--rounds_per_eval=5',
         '--clients_per_round=5', f'--grid={grid}'], root)
   return dict(trainer_ms_per_round=1000 * per_round, startup_s=startup,
+              trainer_ms_per_round_in_run=in_run,
               trainer_ms_per_round_10_per_call=1000 * chained_per_round,
+              trainer_ms_per_round_10_per_call_in_run=chained_in_run,
               startup_s_10_per_call=chained_startup,
               grid_runs_per_minute=12 * 60 / t_grid,
               trainer_run_seconds=runs, trainer_run_seconds_10_per_call=chained_runs,
@@ -464,9 +487,11 @@ def main(argv):
   if 'overhead_vs_pure_tf' in result:
     _print_a_to_f(result)
   if 'trainer_ms_per_round' in result:
-    print(f"trainer {result['trainer_ms_per_round']:.1f} ms/round (marginal), start-up "
+    print(f"trainer {result['trainer_ms_per_round']:.1f} ms/round (marginal; "
+          f"{result['trainer_ms_per_round_in_run']:.1f} inside one run), start-up "
           f"{result['startup_s']:.1f} s; with --rounds_per_call=10 "
-          f"{result['trainer_ms_per_round_10_per_call']:.1f} ms/round, start-up "
+          f"{result['trainer_ms_per_round_10_per_call']:.1f} ms/round "
+          f"({result['trainer_ms_per_round_10_per_call_in_run']:.1f}), start-up "
           f"{result['startup_s_10_per_call']:.1f} s; grid "
           f"{result['grid_runs_per_minute']:.1f} runs/min")
   print(json.dumps(result))

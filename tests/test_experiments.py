@@ -103,3 +103,8 @@ def test_benchmark_prints_the_ratio_json():
   assert js['startup_s_10_per_call'] + short * js['trainer_ms_per_round_10_per_call'] / 1000 \
       == pytest.approx(chained[short])
   assert js['grid_runs_per_minute'] == pytest.approx(12 * 60 / js['grid_seconds'])
+  # Inside one run a round costs something, and less than the run's average
+  # round with its start-up.
+  for key, seconds in (('trainer_ms_per_round_in_run', t_long),
+                       ('trainer_ms_per_round_10_per_call_in_run', chained[long])):
+    assert 0 < js[key] < 1000 * seconds / long, key

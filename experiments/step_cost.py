@@ -67,7 +67,8 @@ def _variants(task):
   def scaffold_corr(x_t):
     c_i = [tf.zeros_like(w) for w in x_t.trainable]
     c = [tf.zeros_like(w) for w in x_t.trainable]
-    return lambda w, g: scaffold.corrected_gradient(scf, g, w, c_i, c)
+    fixed = scaffold.drift(c_i, c)
+    return lambda w, g: scaffold.corrected_gradient(scf, g, w, fixed)
 
   return collections.OrderedDict(
       fedavg=(sgd, None, None),

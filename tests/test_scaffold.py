@@ -113,6 +113,21 @@ def test_scaffold_follows_the_update_equations(report):
   assert np.abs(c).max() > 1e-2 and np.abs(c_i[3]).max() > 1e-2
 
 
+def test_local_step_adds_c_minus_c_i_formed_once():
+  """The step's correction in paper 003's code's order: c - c_i formed once
+  per client, then g + (c - c_i) at each step (the paper's g - c_i + c rounds
+  differently for some values; README, Fidelity)."""
+  import tensorflow as tf
+  rng = np.random.default_rng(0)
+  g, c_i, c = (rng.normal(size=1000).astype(np.float32) for _ in range(3))
+  fixed = scaffold.drift([tf.constant(c_i)], [tf.constant(c)])
+  np.testing.assert_array_equal(fixed[0], c - c_i)
+  got = scaffold.corrected_gradient(scaffold.ScaffoldConfig(), [tf.constant(g)],
+                                    [tf.zeros(1000)], fixed)
+  np.testing.assert_array_equal(got[0], g + (c - c_i))
+  assert np.any(g + (c - c_i) != (g - c_i) + c)
+
+
 def test_scaffold_traffic_is_two_models_each_way():
   p = Problem(dim=50)
   traffic = scaffold.build_scaffold(p.model_fn, scaffold.ScaffoldConfig(

@@ -7,7 +7,7 @@ baseline of paper 003 (FedDyn).
 Server state: model x, control variate c (initially 0); client i keeps c_i
 (initially 0) between participations. Round t, cohort S, N clients in all:
 
-  client i:  y_0 = x;  y_k = y_{k-1} - gamma (g_i(y_{k-1}) - c_i + c),  k = 1..K
+  client i:  y_0 = x;  y_k = y_{k-1} - gamma (g_i(y_{k-1}) + (c - c_i)),  k = 1..K
              c_i+ = c_i - c + (x - y_K) / (K gamma)          (option II)
              uploads  dy_i = y_K - x,  dc_i = c_i+ - c_i;    c_i <- c_i+
   server:    x <- x + eta_g mean_{i in S} dy_i
@@ -21,7 +21,7 @@ follow the reference code of paper 003 (`clip_norm`, `weight_decay`);
 (paper 003's evaluated model, `core.device_average`: one more upload).
 
 `reference_conventions` (paper 003's code, where its text is silent): with
-w_i = n_i / mean n, the local step uses g - c_i + c / w_i, the control
+w_i = n_i / mean n, the local step uses g + (c / w_i - c_i), the control
 variate divides by the INITIAL learning rate (c_i+ = c_i - c + (x - y_K) /
 (K gamma_0), also under an lr decay) and the server adds
 (1/N) sum w_i (c_i+ - c_i). Equal to the rule above on balanced data
@@ -84,10 +84,19 @@ class ScaffoldConfig:
         self.local_steps_decay, self.epochs)
 
 
-def corrected_gradient(config: ScaffoldConfig, grads, weights, c_i, c):
-  """g - c_i + c (clipped if asked), plus weight decay."""
+def drift(c_i, c):
+  """c - c_i: the local step's correction, fixed for the client's whole loop."""
+  return [cc - ci for cc, ci in zip(c, c_i)]
+
+
+def corrected_gradient(config: ScaffoldConfig, grads, weights, correction):
+  """g + (c - c_i) (clipped if asked), plus weight decay; `correction` = `drift`.
+
+  The paper writes g - c_i + c. Paper 003's code forms c - c_i once per client
+  and adds it at every step, as here: one pass over the model a step instead of
+  two, the same sum up to float rounding (README, Fidelity)."""
   return local_training.clip_then_decay(
-      [g - ci + cc for g, ci, cc in zip(grads, c_i, c)], weights, config.clip_norm,
+      [g + d for g, d in zip(grads, correction)], weights, config.clip_norm,
       config.weight_decay)
 
 
@@ -125,8 +134,10 @@ def stateful_fns(config: ScaffoldConfig) -> stateful_process.StatefulFns:
       cv_learning_rate = config.client_learning_rate
       c_scaled = [cc / w_i for cc in c]
 
+    fixed = drift(c_i, c_scaled)
+
     def correction(weights, grads):
-      return corrected_gradient(config, grads, weights, c_i, c_scaled)
+      return corrected_gradient(config, grads, weights, fixed)
 
     outcome = local_training.run_scheduled(model, sgd, hparams, message['model'], dataset,
                                            correction_fn=correction)
@@ -156,7 +167,8 @@ def build_scaffold(model_fn: Callable[[], tff.learning.models.VariableModel],
                    config: ScaffoldConfig = ScaffoldConfig(),
                    name: str = 'scaffold') -> FederatedAlgorithm:
   # Per parameter and step: SGD's 2 plus the correction - c_i + c: 2 more
-  # (paper 004 App. B's counting).
+  # (paper 004 App. B's counting of the paper's rule; c - c_i is formed once
+  # per client here, so one of the two is not run at every step).
   return algorithm_lib.build_stateful_algorithm(
       name, model_fn, config.client_schedule(), stateful_fns(config),
       optimizer_flops_per_param=4.0,

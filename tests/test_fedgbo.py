@@ -31,17 +31,25 @@ def trainable(process, state):
   return [np.asarray(w) for w in process.get_model_weights(state).trainable]
 
 
-def test_sgdm_with_beta_zero_is_fedavg(task):
+def _sgdm_zero_and_fedavg(task, **fedavg_options):
+  """3 rounds of FedGBO with SGDm(beta = 0) and of FedAvg (SGD clients, its
+  `fedavg_options`) from the same initial weights, on the same 3 clients:
+  (initial weights, FedGBO's final state and weights, FedAvg's final weights)."""
   data = [task.client_dataset(cid) for cid in task.client_ids[:3]]
   gbo = fedgbo.build_fedgbo(task.model_fn, fedgbo.FedGBOConfig(
       optimizer=gbo_optimizers.SGDm(0.0), learning_rate=0.1, local_steps=K))
   avg = fedopt.build_fedopt(task.model_fn, fedopt.FedOptConfig(
-      client_optimizer=optimizers.OptimizerSpec('sgd', 0.1), local_steps=K))
+      client_optimizer=optimizers.OptimizerSpec('sgd', 0.1), local_steps=K,
+      **fedavg_options))
   s_gbo = run_rounds(gbo.process, data, 3)
   init = gbo.process.get_model_weights(gbo.process.initialize())
   s_avg = run_rounds(avg.process, data, 3,
                      avg.process.set_model_weights(avg.process.initialize(), init))
-  w_gbo, w_avg = trainable(gbo.process, s_gbo), trainable(avg.process, s_avg)
+  return init, s_gbo, trainable(gbo.process, s_gbo), trainable(avg.process, s_avg)
+
+
+def test_sgdm_with_beta_zero_is_fedavg(task):
+  init, _, w_gbo, w_avg = _sgdm_zero_and_fedavg(task)
   moved = max(np.abs(a - np.asarray(b)).max() for a, b in zip(w_gbo, init.trainable))
   assert moved > 1e-2
   for a, b in zip(w_gbo, w_avg):
@@ -54,22 +62,14 @@ def test_decaying_server_lr_reaches_the_finalizer(task, monkeypatch):
   eta_t = 0.5 * 0.7^t is FedAvg with that server schedule."""
   from tff_algos.core import client_work as client_work_lib
   from tff_algos.core import schedules
-  data = [task.client_dataset(cid) for cid in task.client_ids[:3]]
   schedule = client_work_lib.client_schedule(
       0.1, 1.0, K, 1.0, 1, server_lr=schedules.ExponentialDecay(0.5, 0.7))
   monkeypatch.setattr(fedgbo.FedGBOConfig, 'client_schedule', lambda self: schedule)
-  gbo = fedgbo.build_fedgbo(task.model_fn, fedgbo.FedGBOConfig(
-      optimizer=gbo_optimizers.SGDm(0.0), learning_rate=0.1, local_steps=K))
-  avg = fedopt.build_fedopt(task.model_fn, fedopt.FedOptConfig(
-      client_optimizer=optimizers.OptimizerSpec('sgd', 0.1), local_steps=K,
-      server_optimizer=optimizers.OptimizerSpec('sgd', 0.5), server_lr_decay=0.7))
-  s_gbo = run_rounds(gbo.process, data, 3)
-  init = gbo.process.get_model_weights(gbo.process.initialize())
-  s_avg = run_rounds(avg.process, data, 3,
-                     avg.process.set_model_weights(avg.process.initialize(), init))
+  _, s_gbo, w_gbo, w_avg = _sgdm_zero_and_fedavg(
+      task, server_optimizer=optimizers.OptimizerSpec('sgd', 0.5), server_lr_decay=0.7)
   # The finalizer's rate last set: eta_2 (the round number was 2 in round 3).
   np.testing.assert_allclose(s_gbo.finalizer['learning_rate'], 0.5 * 0.7**2, rtol=1e-6)
-  for a, b in zip(trainable(gbo.process, s_gbo), trainable(avg.process, s_avg)):
+  for a, b in zip(w_gbo, w_avg):
     np.testing.assert_allclose(a, b, rtol=0, atol=1e-6)
 
 

@@ -294,3 +294,22 @@ def test_without_adaptive_alpha_the_client_trains_on_its_first_reshuffle():
 
   np.testing.assert_array_equal(np.asarray(dyn[0]), prox_epoch(skip_a_pass=False))
   assert not np.allclose(np.asarray(dyn[0]), prox_epoch(skip_a_pass=True))
+
+
+def test_weight_decay_form_adds_the_linear_term_formed_once():
+  """The weight-decay form's step in the reference code's order: the constant
+  -(g_k + alpha_k theta_{t-1}) formed once per client, then grad + it at each
+  step, clipped, plus (alpha_k + weight_decay) theta (README, Fidelity). Before,
+  each step formed (grad - g_k) - alpha_k theta_{t-1}, which rounds differently."""
+  import tensorflow as tf
+  rng = np.random.default_rng(0)
+  g, g_k, srv, w = (rng.normal(size=1000).astype(np.float32) for _ in range(4))
+  alpha_k = np.float32(0.3)
+  linear = feddyn.linear_term([tf.constant(g_k)], [tf.constant(srv)], tf.constant(alpha_k))
+  np.testing.assert_array_equal(linear[0], -(g_k + alpha_k * srv))
+  config = feddyn.FedDynConfig(weight_decay_form=True, weight_decay=0.01)
+  got = feddyn.local_gradient(config, [tf.constant(g)], [tf.constant(w)], None, None,
+                              tf.constant(alpha_k), linear)
+  decay = np.float32(alpha_k + np.float32(0.01))
+  np.testing.assert_array_equal(got[0], (g + linear[0].numpy()) + decay * w)
+  assert np.any(g + -(g_k + alpha_k * srv) != (g - g_k) - alpha_k * srv)

@@ -19,9 +19,10 @@ Options of the authors' reference code (alpemreacar/FedDyn), all off by default:
 * `adaptive_alpha`: client k uses alpha_k = alpha / (n_k / mean n) in its
   objective and state update (the server keeps alpha);
 * `weight_decay_form`: the quadratic is SGD weight decay, so gradient
-  clipping sees grad L_k - g_k - alpha_k theta_{t-1} and the step adds
-  (alpha_k + weight_decay) theta after clipping; otherwise clipping sees the
-  whole gradient and weight_decay theta is added after it;
+  clipping sees grad L_k - (g_k + alpha_k theta_{t-1}), the bracket formed once
+  per client as in the code, and the step adds (alpha_k + weight_decay) theta
+  after clipping; otherwise clipping sees the whole gradient and weight_decay
+  theta is added after it;
 * `clip_norm`: global-norm clipping of the local gradient (reference: 10);
 * `weight_decay`: plain l2 weight decay of the local steps (reference: 1e-3);
 * `report_device_average`: the reported (evaluated) model is the plain average
@@ -99,13 +100,25 @@ def _zeros(structure):
   return tf.nest.map_structure(tf.zeros_like, structure)
 
 
+def linear_term(g_k, server_weights, alpha_k):
+  """-(g_k + alpha_k theta_{t-1}): the weight-decay form's constant part of the
+  local gradient, formed once per client, as the reference code does
+  (`train_feddyn_mdl`: alpha * (local_grad_vector - avg_mdl_param))."""
+  return [-(gk + alpha_k * s) for gk, s in zip(g_k, server_weights)]
+
+
 def local_gradient(config: FedDynConfig, grads, weights, server_weights, g_k,
-                   alpha_k):
-  """The local step's gradient: grad L_k - g_k + alpha_k (theta - theta_{t-1})."""
+                   alpha_k, linear=None):
+  """The local step's gradient: grad L_k - g_k + alpha_k (theta - theta_{t-1}).
+
+  With `weight_decay_form`, grad L_k + `linear` (`linear_term`, formed once per
+  client if given), clipped, then (alpha_k + weight_decay) theta.
+  """
   if config.weight_decay_form:  # alpha_k theta joins the (unclipped) decay term
-    linear = [g - gk - alpha_k * s for g, gk, s in zip(grads, g_k, server_weights)]
-    return local_training.clip_then_decay(linear, weights, config.clip_norm,
-                                          alpha_k + config.weight_decay)
+    if linear is None:
+      linear = linear_term(g_k, server_weights, alpha_k)
+    return local_training.clip_then_decay([g + c for g, c in zip(grads, linear)], weights,
+                                          config.clip_norm, alpha_k + config.weight_decay)
   total = [g - gk + alpha_k * (w - s)
            for g, gk, w, s in zip(grads, g_k, weights, server_weights)]
   return local_training.clip_then_decay(total, weights, config.clip_norm,
@@ -158,8 +171,11 @@ def stateful_fns(config: FedDynConfig) -> stateful_process.StatefulFns:
     alpha_k = client_alpha(config, lambda: local_training.count_examples(dataset),
                            mean_examples)
 
+    linear = (linear_term(g_k, theta_srv, alpha_k) if config.weight_decay_form
+              else None)
+
     def correction(weights, grads):
-      return local_gradient(config, grads, weights, theta_srv, g_k, alpha_k)
+      return local_gradient(config, grads, weights, theta_srv, g_k, alpha_k, linear)
 
     outcome = local_training.run_scheduled(model, sgd, hparams, server_weights, dataset,
                                            correction_fn=correction)

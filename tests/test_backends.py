@@ -756,3 +756,81 @@ def test_inprocess_results_are_read_only_views_fed_back_without_copies(task, cli
         state, client_data).state), client_data).state
   for x, y in zip(leaves(fed_back), leaves(copied), strict=True):
     np.testing.assert_array_equal(x, y)
+
+
+def _assert_identical(a, b, path='result'):
+  """Same Python containers (types, keys, order) and bit-equal arrays."""
+  import attr
+  assert type(a) is type(b), f'{path}: {type(a).__name__} vs {type(b).__name__}'
+  if isinstance(a, dict):
+    assert list(a) == list(b), path
+    for k in a:
+      _assert_identical(a[k], b[k], f'{path}[{k!r}]')
+  elif attr.has(type(a)):
+    for f in attr.fields(type(a)):
+      _assert_identical(getattr(a, f.name), getattr(b, f.name), f'{path}.{f.name}')
+  elif isinstance(a, (list, tuple)):
+    assert len(a) == len(b), path
+    for i, (x, y) in enumerate(zip(a, b)):
+      _assert_identical(x, y, f'{path}[{i}]')
+  else:
+    assert np.asarray(a).dtype == np.asarray(b).dtype, path
+    np.testing.assert_array_equal(a, b, err_msg=path)
+
+
+@pytest.mark.parametrize('name', ['fedavg', 'scaffold', 'mimelite'])
+def test_inprocess_direct_calls_give_what_tffs_context_gives(task, client_data, name,
+                                                            monkeypatch):
+  """`InProcessContext` calls the executor on the calling thread with one
+  ingestion and converters built per result type; TFF's context path (which it
+  still takes for what it cannot ingest) must give the same Python values:
+  containers, names, dtypes and bits, for a round's state, metrics and client
+  states, `initialize` and `get_model_weights`."""
+  from tensorflow_federated.python.core.impl.execution_contexts import sync_execution_context
+  from tff_algos.runtime import inprocess
+  hp = (HParams(client_optimizer='adam', client_learning_rate=0.01, local_steps=2)
+        if name == 'mimelite' else HParams(local_steps=2))
+  algorithm = registry.build(name, task.model_fn, hp)
+  process, stateful = algorithm.process, getattr(algorithm, 'stateful_clients', False)
+  ctx = inprocess.create_context()
+  assert isinstance(ctx, inprocess.InProcessContext)
+
+  tff_invoke, fallbacks = sync_execution_context.SyncExecutionContext.invoke, []
+
+  def counted(self, comp, arg):
+    fallbacks.append(comp)
+    return tff_invoke(self, comp, arg)
+  monkeypatch.setattr(sync_execution_context.SyncExecutionContext, 'invoke', counted)
+  tffs_way = lambda comp, arg: tff_invoke(ctx, comp, arg)  # noqa: E731
+  with context_stack_impl.context_stack.install(ctx):
+    direct = (run_rounds(process, client_data, 2, stateful=stateful),
+              process.get_model_weights(process.initialize() if not stateful else
+                                        process.initialize(stateful_process.Population(20, 30.))))
+    assert not fallbacks  # every call above went the direct way
+    ctx.invoke = tffs_way
+    tff_path = (run_rounds(process, client_data, 2, stateful=stateful),
+                process.get_model_weights(process.initialize() if not stateful else
+                                          process.initialize(stateful_process.Population(20, 30.))))
+  _assert_identical(direct, tff_path)
+
+
+def test_inprocess_direct_calls_convert_like_tff():
+  """Arguments of another dtype are converted as TFF's context converts them,
+  and an argument the interpreter cannot ingest takes TFF's path (its error)."""
+  from tff_algos.runtime import inprocess
+  ctx = inprocess.create_context()
+
+  @tff.tensorflow.computation(np.float32)
+  def double(x):
+    return x * 2.0
+
+  @tff.tensorflow.computation(tff.SequenceType(np.float32))
+  def total(ds):
+    return ds.reduce(np.float32(0.0), lambda a, b: a + b)
+
+  with context_stack_impl.context_stack.install(ctx):
+    got = double(tf.constant(1.25, tf.float64))
+    assert got.dtype == np.float32 and got == 2.5
+    assert total(tf.data.Dataset.from_tensor_slices([1.0, 2.0])) == 3.0
+    with pytest.raises(TypeError, match='tf.data.Dataset'):
+      total([1.0, 2.0])

@@ -49,7 +49,8 @@ server update too), not traced. With several visible GPUs, client k's work is
 placed on GPU k mod #GPUs (not tested with more than one GPU).
 """
 
-from tff_algos.runtime.inprocess.executor import (InProcessExecutor, compile_for_inprocess,
+from tff_algos.runtime.inprocess.executor import (InProcessContext, InProcessExecutor,
+                                                  compile_for_inprocess,
                                                   create_context, default_concurrent_clients,
                                                   effective_concurrent_clients, gpu_devices)
 from tff_algos.runtime.inprocess.interpreter import Interpreter

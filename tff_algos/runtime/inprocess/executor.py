@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+import collections
 import os
 from typing import Any, Callable, Optional
+
+import attrs
 
 import tensorflow as tf
 import tensorflow_federated as tff
@@ -16,10 +20,13 @@ from tensorflow_federated.python.core.impl.compiler import transformations
 from tensorflow_federated.python.core.impl.computation import computation_impl
 from tensorflow_federated.python.core.impl.context_stack import context_stack_impl
 from tensorflow_federated.python.core.impl.execution_contexts import sync_execution_context
+from tensorflow_federated.python.core.impl.executors import cardinalities_utils
 from tensorflow_federated.python.core.impl.executor_stacks import python_executor_stacks
 from tensorflow_federated.python.core.impl.executors import executor_base
 from tensorflow_federated.python.core.impl.executors import executor_value_base
+from tensorflow_federated.python.common_libs import py_typecheck
 from tensorflow_federated.python.core.impl.types import computation_types
+from tensorflow_federated.python.core.impl.types import type_conversions
 
 from tff_algos.runtime import backend_options
 from tff_algos.runtime.inprocess import values
@@ -177,19 +184,8 @@ def create_context(devices: Optional[list[str]] = None,
     return InProcessExecutor(cardinalities.get(tff.CLIENTS, 0), devices, cache,
                              host_datasets, lanes, on_new_function)
 
-  context = sync_execution_context.SyncExecutionContext(
-      executor_fn=python_executor_stacks.ResourceManagingExecutorFactory(
-          executor_stack_fn=stack_fn),
-      compiler_fn=compile_for_inprocess,
-      transform_args=tensorflow_computation.transform_args,
-      transform_result=tensorflow_computation.transform_result)
-  # TFF's pipeline caches compilations by `hash(comp)`, which serializes the
-  # whole computation on every call (0.2 ms for the quadratic toy's round, 0.4
-  # ms for the EMNIST CNN's); this one looks computations up by identity first.
-  async_context = context._async_context  # pylint: disable=protected-access
-  assert hasattr(async_context, '_compiler_pipeline'), 'TFF changed its context'
-  async_context._compiler_pipeline = _IdentityCachedCompiler(compile_for_inprocess)  # pylint: disable=protected-access
-  return context
+  return InProcessContext(python_executor_stacks.ResourceManagingExecutorFactory(
+      executor_stack_fn=stack_fn))
 
 
 class _IdentityCachedCompiler:
@@ -210,3 +206,120 @@ class _IdentityCachedCompiler:
       entry = (comp, self._compiler_fn(comp))
       self._compiled[id(comp)] = entry
     return entry[1]
+
+
+class InProcessContext(sync_execution_context.SyncExecutionContext):
+  """TFF's sync context over `InProcessExecutor`, calling the executor directly.
+
+  TFF's context runs each call as a coroutine on an event-loop thread: the
+  arguments converted to numpy, ingested one structure element at a time, the
+  result converted to Python containers by walking its type
+  (`type_to_py_container`, with runtime `Protocol` checks) and to numpy again.
+  Here a call whose argument the interpreter can ingest runs on the calling
+  thread: `values.ingest` of the whole argument, the executor's (synchronous)
+  coroutines driven directly, and a converter built once per result type
+  (`_container_converter`). Measured on the trainer's quadratic-toy round
+  (docs/performance.md): ~1 ms of Python a round less. Anything else (a
+  coroutine argument, a value `values.ingest` does not take) goes TFF's way,
+  which also gives its errors.
+
+  Computations are compiled once and looked up by identity: TFF's pipeline
+  caches compilations by `hash(comp)`, which serializes the whole computation
+  on every call (0.2 ms for the quadratic toy's round, 0.4 ms for the EMNIST
+  CNN's).
+  """
+
+  def __init__(self, executor_factory):
+    super().__init__(executor_fn=executor_factory, compiler_fn=compile_for_inprocess,
+                     transform_args=tensorflow_computation.transform_args,
+                     transform_result=tensorflow_computation.transform_result)
+    self._factory = executor_factory
+    self._compiler = _IdentityCachedCompiler(compile_for_inprocess)
+    async_context = self._async_context  # pylint: disable=protected-access
+    assert hasattr(async_context, '_compiler_pipeline'), 'TFF changed its context'
+    async_context._compiler_pipeline = self._compiler  # pylint: disable=protected-access
+    self._converters: dict = {}  # id(result type) -> (type, converter)
+
+  def invoke(self, comp, arg):
+    if asyncio.iscoroutine(arg):
+      return super().invoke(comp, arg)
+    compiled = self._compiler.compile(comp)
+    parameter_type = compiled.type_signature.parameter
+    try:
+      ingested = None if arg is None else _Value(values.ingest(arg, parameter_type),
+                                                 parameter_type)
+      cardinalities = ({} if arg is None else
+                       cardinalities_utils.infer_cardinalities(arg, parameter_type))
+    except Exception:  # pylint: disable=broad-except
+      return super().invoke(comp, arg)  # TFF's way: its conversions, its errors
+    executor = self._factory.create_executor(cardinalities)
+    try:
+      fn = _drive(executor.create_value(compiled, compiled.type_signature))
+      result = _drive(_drive(executor.create_call(fn, ingested)).compute())
+    except Exception:
+      self._factory.clean_up_executor(cardinalities)  # as TFF's context
+      raise
+    return self._converter(comp.type_signature.result)(result)
+
+  def _converter(self, type_spec):
+    entry = self._converters.get(id(type_spec))
+    if entry is None or entry[0] is not type_spec:
+      entry = (type_spec, _container_converter(type_spec))
+      self._converters[id(type_spec)] = entry
+    return entry[1]
+
+
+def _drive(coroutine):
+  """The result of a coroutine that never waits (the executor's)."""
+  try:
+    coroutine.send(None)
+  except StopIteration as stop:
+    return stop.value
+  coroutine.close()
+  raise RuntimeError('In-process backend: an executor coroutine waited.')
+
+
+def _container_converter(type_spec) -> Callable[[Any], Any]:
+  """`type_conversions.type_to_py_container(·, type_spec)`, built once per type.
+
+  The same containers; where TFF's function would raise or treats a value
+  specially (sequences, mixed names, a mismatched length), the converter calls
+  it. Element names are those of `type_spec`: the interpreter's results are
+  built from the computation's own type, so TFF's name check is not repeated.
+  """
+  def tff_way(value):
+    return type_conversions.type_to_py_container(value, type_spec)
+
+  if isinstance(type_spec, computation_types.FederatedType):
+    member = _container_converter(type_spec.member)
+    if type_spec.all_equal:
+      return member
+    return lambda value: ([member(v) for v in value] if isinstance(value, list)
+                          else tff_way(value))
+  if isinstance(type_spec, computation_types.SequenceType):
+    return tff_way
+  if not isinstance(type_spec, computation_types.StructType):
+    return lambda value: value
+  names = [name for name, _ in structure.iter_elements(type_spec)]
+  children = [_container_converter(t) for _, t in structure.iter_elements(type_spec)]
+  named = sum(name is not None for name in names)
+  container = getattr(type_spec, 'python_container', None)
+  if container is None:
+    container = collections.OrderedDict if named else tuple
+  if (0 < named < len(names)) or (named and issubclass(container, (list, tuple)) and
+                                  not isinstance(container, py_typecheck.SupportsNamedTuple)):
+    return tff_way  # TFF raises
+  size = len(names)
+  by_keywords = (isinstance(container, py_typecheck.SupportsNamedTuple)
+                 or attrs.has(container))
+
+  def convert(value):
+    if not isinstance(value, structure.Struct):
+      return value  # as TFF: taken to be converted already
+    if len(value) != size:
+      return tff_way(value)
+    elements = [child(value[i]) for i, child in enumerate(children)]
+    if by_keywords:
+      return container(**dict(zip(names, elements)))
+    return container(zip(names, elements) if named else elements)
+  return convert

@@ -72,7 +72,9 @@ def ingest(value, type_spec):
     return value
   if isinstance(type_spec, computation_types.TensorType):
     if isinstance(value, tf.Tensor):
-      return value
+      if value.dtype == type_spec.dtype:
+        return value
+      value = value.numpy()  # converted below, as TFF converts a tensor of another dtype
     tensor = _tensor_of(value)
     if tensor is not None and tensor.dtype == type_spec.dtype:
       return tensor

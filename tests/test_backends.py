@@ -781,8 +781,8 @@ def _assert_identical(a, b, path='result'):
 @pytest.mark.parametrize('name', ['fedavg', 'scaffold', 'mimelite'])
 def test_inprocess_direct_calls_give_what_tffs_context_gives(task, client_data, name,
                                                             monkeypatch):
-  """`InProcessContext` calls the executor on the calling thread with one
-  ingestion and converters built per result type; TFF's context path (which it
+  """`InProcessContext` calls the executor with one ingestion and converters
+  built per result type; TFF's context path (which it
   still takes for what it cannot ingest) must give the same Python values:
   containers, names, dtypes and bits, for a round's state, metrics and client
   states, `initialize` and `get_model_weights`."""
@@ -834,3 +834,30 @@ def test_inprocess_direct_calls_convert_like_tff():
     assert total(tf.data.Dataset.from_tensor_slices([1.0, 2.0])) == 3.0
     with pytest.raises(TypeError, match='tf.data.Dataset'):
       total([1.0, 2.0])
+
+
+def test_inprocess_quick_calls_run_on_the_calling_thread_others_on_tffs(monkeypatch):
+  """A computation's first call (it traces) and calls after one that took
+  `QUICK_CALL_SECONDS` or more run on TFF's event-loop thread, so the main
+  thread takes signals while it waits; calls after a quick one run here."""
+  import threading
+  from tff_algos.runtime import inprocess
+  ctx = inprocess.create_context()
+  threads = []
+  call = inprocess.InProcessContext._call
+
+  def recorded(self, *args):
+    threads.append(threading.current_thread() is threading.main_thread())
+    return call(self, *args)
+  monkeypatch.setattr(inprocess.InProcessContext, '_call', recorded)
+
+  @tff.tensorflow.computation(np.float32)
+  def double(x):
+    return x * 2.0
+
+  with context_stack_impl.context_stack.install(ctx):
+    assert [double(np.float32(k)) for k in range(3)] == [0.0, 2.0, 4.0]
+    assert threads == [False, True, True]
+    monkeypatch.setattr(inprocess.InProcessContext, 'QUICK_CALL_SECONDS', 0.0)
+    assert double(np.float32(4.0)) == 8.0
+    assert threads[-1] is False

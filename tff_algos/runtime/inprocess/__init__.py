@@ -6,11 +6,13 @@ TensorFlow work runs on whatever devices the Python TensorFlow sees (GPUs
 included), with no worker process, no gRPC and no (de)serialisation of values
 or datasets per round.
 
-It is a TFF executor plugged into TFF's own `SyncExecutionContext`
-(`executor`). It receives the call-dominant building-block tree that TFF's
-native compiler gives the C++ worker, minus that compiler's static rewrites of
-the TensorFlow graphs (`compile_for_inprocess`), and interprets it
-(`interpreter`):
+It is a TFF executor under `InProcessContext` (`executor`), TFF's
+`SyncExecutionContext` with a shorter way for the calls it can take: one
+ingestion of the argument, the executor called directly, result containers
+from converters built once per type. It receives the call-dominant
+building-block tree that TFF's native compiler gives the C++ worker, minus that
+compiler's static rewrites of the TensorFlow graphs (`compile_for_inprocess`),
+and interprets it (`interpreter`):
 
 * TensorFlow computations (`CompiledComputation`) are imported once
   (`graph_import`, after the rewrites of `graph_surgery`) into a

@@ -5,13 +5,15 @@ from __future__ import annotations
 import asyncio
 import collections
 import os
+import threading
+import time
 from typing import Any, Callable, Optional
 
-import attrs
-
+import attr
 import tensorflow as tf
 import tensorflow_federated as tff
 from tensorflow_federated.proto.v0 import computation_pb2 as pb
+from tensorflow_federated.python.common_libs import py_typecheck
 from tensorflow_federated.python.common_libs import structure
 from tensorflow_federated.python.core.environments.tensorflow_backend import tensorflow_tree_transformations
 from tensorflow_federated.python.core.environments.tensorflow_frontend import tensorflow_computation
@@ -20,11 +22,10 @@ from tensorflow_federated.python.core.impl.compiler import transformations
 from tensorflow_federated.python.core.impl.computation import computation_impl
 from tensorflow_federated.python.core.impl.context_stack import context_stack_impl
 from tensorflow_federated.python.core.impl.execution_contexts import sync_execution_context
-from tensorflow_federated.python.core.impl.executors import cardinalities_utils
 from tensorflow_federated.python.core.impl.executor_stacks import python_executor_stacks
+from tensorflow_federated.python.core.impl.executors import cardinalities_utils
 from tensorflow_federated.python.core.impl.executors import executor_base
 from tensorflow_federated.python.core.impl.executors import executor_value_base
-from tensorflow_federated.python.common_libs import py_typecheck
 from tensorflow_federated.python.core.impl.types import computation_types
 from tensorflow_federated.python.core.impl.types import type_conversions
 
@@ -215,19 +216,28 @@ class InProcessContext(sync_execution_context.SyncExecutionContext):
   arguments converted to numpy, ingested one structure element at a time, the
   result converted to Python containers by walking its type
   (`type_to_py_container`, with runtime `Protocol` checks) and to numpy again.
-  Here a call whose argument the interpreter can ingest runs on the calling
-  thread: `values.ingest` of the whole argument, the executor's (synchronous)
+  Here a call whose argument the interpreter can ingest takes a shorter way:
+  `values.ingest` of the whole argument, the executor's (synchronous)
   coroutines driven directly, and a converter built once per result type
   (`_container_converter`). Measured on the trainer's quadratic-toy round
   (docs/performance.md): ~1 ms of Python a round less. Anything else (a
   coroutine argument, a value `values.ingest` does not take) goes TFF's way,
   which also gives its errors.
 
+  A computation whose last call took under `QUICK_CALL_SECONDS` runs on the
+  calling thread; others (first calls, which trace, and long rounds) run on
+  TFF's event-loop thread while the calling thread waits, so that Ctrl-C and
+  SIGTERM reach a run's handlers at once rather than when the round's
+  TensorFlow call returns (Python runs signal handlers between bytecodes of
+  the main thread only).
+
   Computations are compiled once and looked up by identity: TFF's pipeline
   caches compilations by `hash(comp)`, which serializes the whole computation
   on every call (0.2 ms for the quadratic toy's round, 0.4 ms for the EMNIST
   CNN's).
   """
+
+  QUICK_CALL_SECONDS = 0.05  # a Ctrl-C waits at most about this long
 
   def __init__(self, executor_factory):
     super().__init__(executor_fn=executor_factory, compiler_fn=compile_for_inprocess,
@@ -239,6 +249,8 @@ class InProcessContext(sync_execution_context.SyncExecutionContext):
     assert hasattr(async_context, '_compiler_pipeline'), 'TFF changed its context'
     async_context._compiler_pipeline = self._compiler  # pylint: disable=protected-access
     self._converters: dict = {}  # id(result type) -> (type, converter)
+    self._seconds: dict = {}  # id(computation) -> (computation, its last call's seconds)
+    self._lock = threading.Lock()  # calls one at a time, as on TFF's one loop thread
 
   def invoke(self, comp, arg):
     if asyncio.iscoroutine(arg):
@@ -251,14 +263,29 @@ class InProcessContext(sync_execution_context.SyncExecutionContext):
       cardinalities = ({} if arg is None else
                        cardinalities_utils.infer_cardinalities(arg, parameter_type))
     except Exception:  # pylint: disable=broad-except
-      return super().invoke(comp, arg)  # TFF's way: its conversions, its errors
-    executor = self._factory.create_executor(cardinalities)
-    try:
-      fn = _drive(executor.create_value(compiled, compiled.type_signature))
-      result = _drive(_drive(executor.create_call(fn, ingested)).compute())
-    except Exception:
-      self._factory.clean_up_executor(cardinalities)  # as TFF's context
-      raise
+      with self._lock:
+        return super().invoke(comp, arg)  # TFF's way: its conversions, its errors
+    last = self._seconds.get(id(comp))
+    if last is not None and last[0] is comp and last[1] < self.QUICK_CALL_SECONDS:
+      return self._call(comp, compiled, ingested, cardinalities)
+
+    async def on_loop_thread():
+      return self._call(comp, compiled, ingested, cardinalities)
+    return self._async_runner.run_coro_and_return_result(on_loop_thread())
+
+  def _call(self, comp, compiled, ingested, cardinalities):
+    started = time.perf_counter()
+    with self._lock:
+      executor = self._factory.create_executor(cardinalities)
+      try:
+        fn = _drive(executor.create_value(compiled, compiled.type_signature))
+        result = _drive(_drive(executor.create_call(fn, ingested)).compute())
+      except Exception:
+        self._factory.clean_up_executor(cardinalities)  # as TFF's context
+        raise
+    if len(self._seconds) >= _IdentityCachedCompiler.MAX_ENTRIES:
+      self._seconds.pop(next(iter(self._seconds)))  # the oldest
+    self._seconds[id(comp)] = (comp, time.perf_counter() - started)
     return self._converter(comp.type_signature.result)(result)
 
   def _converter(self, type_spec):
@@ -311,7 +338,7 @@ def _container_converter(type_spec) -> Callable[[Any], Any]:
     return tff_way  # TFF raises
   size = len(names)
   by_keywords = (isinstance(container, py_typecheck.SupportsNamedTuple)
-                 or attrs.has(container))
+                 or attr.has(container))
 
   def convert(value):
     if not isinstance(value, structure.Struct):

@@ -782,8 +782,8 @@ def _assert_identical(a, b, path='result'):
 def test_inprocess_direct_calls_give_what_tffs_context_gives(task, client_data, name,
                                                             monkeypatch):
   """`InProcessContext` calls the executor with one ingestion and converters
-  built per result type; TFF's context path (which it
-  still takes for what it cannot ingest) must give the same Python values:
+  built per result type; TFF's context path (which it still takes for what it
+  cannot ingest) must give the same Python values:
   containers, names, dtypes and bits, for a round's state, metrics and client
   states, `initialize` and `get_model_weights`."""
   from tensorflow_federated.python.core.impl.execution_contexts import sync_execution_context

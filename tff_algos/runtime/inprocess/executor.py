@@ -190,8 +190,9 @@ def create_context(devices: Optional[list[str]] = None,
 
 
 class _IdentityCachedCompiler:
-  """`compiler_fn` cached by the computation's identity (the computation is
-  kept, so its id is not reused), at most `MAX_ENTRIES` computations."""
+  """`compiler_fn` cached by its argument's identity (the argument is kept, so
+  its id is not reused), at most `MAX_ENTRIES` arguments: computations for the
+  compiler, result types for `InProcessContext`'s container converters."""
 
   MAX_ENTRIES = 256
 
@@ -243,12 +244,11 @@ class InProcessContext(sync_execution_context.SyncExecutionContext):
     super().__init__(executor_fn=executor_factory, compiler_fn=compile_for_inprocess,
                      transform_args=tensorflow_computation.transform_args,
                      transform_result=tensorflow_computation.transform_result)
-    self._factory = executor_factory
     self._compiler = _IdentityCachedCompiler(compile_for_inprocess)
     async_context = self._async_context  # pylint: disable=protected-access
     assert hasattr(async_context, '_compiler_pipeline'), 'TFF changed its context'
     async_context._compiler_pipeline = self._compiler  # pylint: disable=protected-access
-    self._converters: dict = {}  # id(result type) -> (type, converter)
+    self._converters = _IdentityCachedCompiler(_container_converter)  # per result type
     self._seconds: dict = {}  # id(computation) -> (computation, its last call's seconds)
     self._lock = threading.Lock()  # calls one at a time, as on TFF's one loop thread
 
@@ -276,24 +276,17 @@ class InProcessContext(sync_execution_context.SyncExecutionContext):
   def _call(self, comp, compiled, ingested, cardinalities):
     started = time.perf_counter()
     with self._lock:
-      executor = self._factory.create_executor(cardinalities)
+      executor = self.executor_factory.create_executor(cardinalities)
       try:
         fn = _drive(executor.create_value(compiled, compiled.type_signature))
         result = _drive(_drive(executor.create_call(fn, ingested)).compute())
       except Exception:
-        self._factory.clean_up_executor(cardinalities)  # as TFF's context
+        self.executor_factory.clean_up_executor(cardinalities)  # as TFF's context
         raise
     if len(self._seconds) >= _IdentityCachedCompiler.MAX_ENTRIES:
       self._seconds.pop(next(iter(self._seconds)))  # the oldest
     self._seconds[id(comp)] = (comp, time.perf_counter() - started)
-    return self._converter(comp.type_signature.result)(result)
-
-  def _converter(self, type_spec):
-    entry = self._converters.get(id(type_spec))
-    if entry is None or entry[0] is not type_spec:
-      entry = (type_spec, _container_converter(type_spec))
-      self._converters[id(type_spec)] = entry
-    return entry[1]
+    return self._converters.compile(comp.type_signature.result)(result)
 
 
 def _drive(coroutine):

@@ -129,6 +129,41 @@ def test_a_call_after_a_swallowed_sigint_fails_at_once_instead_of_hanging():
   assert 'INTERRUPTED' in lines
 
 
+IN_A_CALLBACK = PRELUDE + textwrap.dedent('''
+    import weakref
+
+    class Thing:
+      pass
+
+    def collect(callback):
+      thing = Thing()
+      ref = weakref.ref(thing, callback)
+      del thing  # the callback runs here; what it raises Python cannot raise
+
+    def boom(_):
+      raise ValueError('not ours')
+
+    collect(boom)  # still reported
+    collect(lambda _: signal.raise_signal(signal.SIGINT))  # the handler runs in the callback
+    try:
+      runtime.raise_if_interrupted()
+    except KeyboardInterrupt:
+      print('INTERRUPTED', flush=True)
+''')
+
+
+def test_a_sigint_swallowed_in_a_weakref_callback_prints_nothing_and_stops_the_run():
+  # The run stops between rounds (raise_if_interrupted); without the hook Python
+  # printed "Exception ignored in <function ...>" and the handler's traceback.
+  env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL='3')
+  proc = subprocess.run([sys.executable, '-c', IN_A_CALLBACK], cwd=ROOT, env=env,
+                        capture_output=True, text=True, timeout=120)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert 'INTERRUPTED' in proc.stdout.splitlines(), proc.stdout
+  assert proc.stderr.count('Exception ignored in') == 1, proc.stderr
+  assert 'ValueError: not ours' in proc.stderr and 'KeyboardInterrupt' not in proc.stderr
+
+
 def _runtime_imports() -> dict:
   """Runtime module -> the runtime modules it imports (also inside functions)."""
   import ast

@@ -291,7 +291,8 @@ _previous_handlers: dict[int, object] = {}
 # The signal (SIGINT, or SIGTERM with a Python handler of its own) that shut the
 # context down. Python may swallow the exception raised by the handler (e.g.
 # when it lands in a weakref callback), so a run also asks
-# `raise_if_interrupted()` between rounds. Cleared by the next `install()`.
+# `raise_if_interrupted()` between rounds, and `_quiet_swallowed_interrupt`
+# keeps Python from printing the swallowed one. Cleared by the next `install()`.
 _interrupted: Optional[int] = None
 
 
@@ -319,9 +320,27 @@ def on_signal(signum, frame):
     os.kill(os.getpid(), signum)
 
 
+def _quiet_swallowed_interrupt(unraisable):
+  """`sys.unraisablehook` while handlers are installed: drops the
+  KeyboardInterrupt of `on_signal` that Python could not raise (it landed in a
+  weakref callback or a `__del__`), which it would print as "Exception ignored
+  in ..." with a traceback; `raise_if_interrupted()` raises it between rounds.
+  Anything else goes to the hook that was there before."""
+  if _interrupted is not None and issubclass(unraisable.exc_type, KeyboardInterrupt):
+    return
+  _previous_unraisablehook(unraisable)
+
+
+_previous_unraisablehook = sys.unraisablehook
+
+
 def _install_handlers():
+  global _previous_unraisablehook
   if threading.current_thread() is not threading.main_thread():
     return
+  if sys.unraisablehook is not _quiet_swallowed_interrupt:
+    _previous_unraisablehook, sys.unraisablehook = (sys.unraisablehook,
+                                                   _quiet_swallowed_interrupt)
   for sig in (signal.SIGINT, signal.SIGTERM):
     current = signal.getsignal(sig)
     if current is signal.SIG_IGN:  # e.g. SIGINT of a background job: keep ignoring

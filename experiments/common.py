@@ -11,6 +11,7 @@ Every binary ends with `common.run(main)` instead of `app.run(main)`:
   its modules down, so its ``ServiceManager.__del__`` prints nothing at exit.
 """
 
+import os
 import signal
 import sys
 
@@ -55,10 +56,13 @@ def _raise_terminated(signum, frame):
 
 def stop_message(interrupt: KeyboardInterrupt) -> str:
   """The one line printed for Ctrl-C / SIGTERM: a stopped run's own (after
-  which round), else a generic one."""
+  which round, also when a second signal interrupted its unwinding), else a
+  generic one."""
   training = sys.modules.get('tff_algos.training')  # never imported just for this
-  if training is not None and isinstance(interrupt, training.Stopped):
-    return str(interrupt)
+  while training is not None and interrupt is not None:  # Python keeps it acyclic
+    if isinstance(interrupt, training.Stopped):
+      return str(interrupt)
+    interrupt = interrupt.__context__
   return 'stopped; rerun the same command to resume'
 
 
@@ -93,14 +97,35 @@ def guarded(main):
     except UserError as e:
       return fail(e)
     except KeyboardInterrupt as e:
+      # The run has stopped: another Ctrl-C or SIGTERM ends the process as
+      # the signal does by default, without a traceback of the way out.
+      for sig in (signal.SIGINT, signal.SIGTERM):
+        if signal.getsignal(sig) is not signal.SIG_IGN:
+          signal.signal(sig, signal.SIG_DFL)
       print(stop_message(e), file=sys.stderr)
       return 128 + (signal.SIGTERM if _terminated else signal.SIGINT)
   return wrapped
+
+
+def _computation_still_running() -> bool:
+  """Whether an in-process TFF call goes on on TFF's event-loop thread (the
+  signal stopped only the thread that waited for it)."""
+  executor = sys.modules.get('tff_algos.runtime.inprocess.executor')
+  return executor is not None and executor.calls_on_loop_threads() > 0
 
 
 def run(main):
   """`app.run(main)` for an experiment binary (see the module docstring)."""
   try:
     app.run(guarded(main), flags_parser=_parse_flags)
+  except SystemExit as e:
+    if e.code in (128 + signal.SIGINT, 128 + signal.SIGTERM) and _computation_still_running():
+      # Tearing the interpreter down under TensorFlow's running kernels
+      # crashes (SIGSEGV, or an abort with a dump while it traces). The
+      # run's files are closed and its workers stopped: end here.
+      sys.stdout.flush()
+      sys.stderr.flush()
+      os._exit(e.code)
+    raise
   finally:
     _release_tff_default_context()

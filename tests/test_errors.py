@@ -9,6 +9,7 @@ import re
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 
 import pytest
@@ -177,6 +178,74 @@ def test_every_client_diverging_warns_reports_nan_and_stops(tmp_path):
   assert 'client_work/non_finite_clients' in header and 'client_work/finite_clients' not in header
   loss = header.index('client_work/train/loss')
   assert [r.split(',')[loss] for r in rows[1:]] == ['nan'] * 3
+
+
+LONG_CALL = textwrap.dedent('''
+    from experiments import common
+
+    def main(argv):
+      import tensorflow as tf
+      import tensorflow_federated as tff
+      from tff_algos import runtime
+      with runtime.managed_context(backend='inprocess'):
+        @tff.tensorflow.computation(tf.float32)
+        def long_call(x):  # ~10 s and more: still running when the signal comes
+          m = tf.fill([300, 300], x)
+          _, m = tf.while_loop(lambda i, m: i < 50000,
+                               lambda i, m: (i + 1, tf.tanh(tf.matmul(m, m) * 1e-3)), (0, m))
+          return tf.reduce_sum(m)
+        print('CALLING', flush=True)  # a first call: TFF's event-loop thread runs it
+        long_call(1.0)
+      return 0
+
+    common.run(main)
+''')
+
+
+@pytest.mark.parametrize('sig,status', [
+    (signal.SIGINT, 130), pytest.param(signal.SIGTERM, 143, marks=pytest.mark.slow)])
+def test_a_signal_during_a_call_on_tffs_loop_thread_exits_cleanly(sig, status):
+  # The signal stops the waiting main thread; the call goes on on TFF's loop
+  # thread, and tearing the interpreter down under it crashed (SIGSEGV: -11).
+  proc = subprocess.Popen([sys.executable, '-c', LONG_CALL], cwd=ROOT,
+                          env=dict(os.environ, PYTHONPATH=ROOT), stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint)
+  assert proc.stdout.readline().strip() == 'CALLING', proc.communicate()[1][-3000:]
+  time.sleep(1.0)
+  sent = time.monotonic()
+  proc.send_signal(sig)
+  _, err = proc.communicate(timeout=120)
+  assert proc.returncode == status, err[-3000:]
+  assert time.monotonic() - sent < 5.0  # not after the call
+  lines = [l for l in err.splitlines() if l.strip() and not l.startswith('20')]
+  assert lines == ['stopped; rerun the same command to resume'], err[-3000:]
+
+
+SIGNALS_ON_THE_WAY_OUT = textwrap.dedent('''
+    import os, signal
+    from experiments import common
+
+    def main(argv):
+      from tff_algos import training
+      try:
+        raise training.Stopped('stopped after round 3; rerun the same command to resume')
+      finally:
+        os.kill(os.getpid(), signal.SIGINT)  # a second Ctrl-C while the run unwinds
+
+    try:
+      common.run(main)
+    finally:
+      os.kill(os.getpid(), signal.SIGINT)  # a third once the line is out
+''')
+
+
+def test_more_signals_on_the_way_out_keep_the_line_and_print_no_traceback():
+  proc = subprocess.run([sys.executable, '-c', SIGNALS_ON_THE_WAY_OUT], cwd=ROOT,
+                        env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True, text=True,
+                        timeout=120, preexec_fn=default_sigint)
+  lines = [l for l in proc.stderr.splitlines() if l.strip() and not l.startswith('20')]
+  assert lines == ['stopped after round 3; rerun the same command to resume'], proc.stderr
+  assert proc.returncode == -signal.SIGINT  # ended as SIGINT ends a process (130 in a shell)
 
 
 def _start(tmp_path, *extra):

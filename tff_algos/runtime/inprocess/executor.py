@@ -210,6 +210,45 @@ class _IdentityCachedCompiler:
     return entry[1]
 
 
+# Calls handed to a TFF event-loop thread (a daemon) that have not returned.
+_calls_on_loop_threads = 0
+_calls_lock = threading.Lock()
+
+
+def calls_on_loop_threads() -> int:
+  """How many in-process calls run (or wait to run) on TFF's event-loop threads.
+
+  A Ctrl-C or SIGTERM stops the thread that waits for such a call, not the
+  call: its TensorFlow work goes on, and an interpreter that tears itself down
+  under it crashes (SIGSEGV in a running kernel; "terminate called ..." and
+  Python's fatal-error dump while it traces). `experiments.common.run` then
+  ends the process at once instead (`os._exit`).
+  """
+  return _calls_on_loop_threads
+
+
+class _CountingRunner:
+  """TFF's `AsyncThreadRunner`, counting what it runs (`calls_on_loop_threads`)."""
+
+  def __init__(self, runner):
+    self._runner = runner
+
+  def run_coro_and_return_result(self, coroutine):
+    global _calls_on_loop_threads
+    with _calls_lock:
+      _calls_on_loop_threads += 1
+    return self._runner.run_coro_and_return_result(self._counted(coroutine))
+
+  @staticmethod
+  async def _counted(coroutine):
+    global _calls_on_loop_threads
+    try:
+      return await coroutine
+    finally:  # on the loop thread, once the call is over (never if it never started)
+      with _calls_lock:
+        _calls_on_loop_threads -= 1
+
+
 class InProcessContext(sync_execution_context.SyncExecutionContext):
   """TFF's sync context over `InProcessExecutor`, calling the executor directly.
 
@@ -251,6 +290,7 @@ class InProcessContext(sync_execution_context.SyncExecutionContext):
     self._converters = _IdentityCachedCompiler(_container_converter)  # per result type
     self._seconds: dict = {}  # id(computation) -> (computation, its last call's seconds)
     self._lock = threading.Lock()  # calls one at a time, as on TFF's one loop thread
+    self._async_runner = _CountingRunner(self._async_runner)  # TFF's way counted too
 
   def invoke(self, comp, arg):
     if asyncio.iscoroutine(arg):

@@ -227,6 +227,19 @@ def test_signals_deferred_delivers_the_first_signal_at_the_end(python_sigint):
   assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
+def test_a_deferring_handler_left_in_place_delivers_like_the_one_it_replaced(python_sigint):
+  # A signal that cuts the restoring short leaves the other signal's deferring
+  # handler installed; once the block is over it must not swallow signals.
+  with pytest.raises(KeyboardInterrupt):  # the deferred one, at the block's end
+    with run_dir.signals_deferred():
+      deferring = signal.getsignal(signal.SIGINT)
+      assert deferring is not signal.default_int_handler
+      deferring(signal.SIGINT, None)
+  assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+  with pytest.raises(KeyboardInterrupt):
+    deferring(signal.SIGINT, None)  # after the block: the replaced handler's way
+
+
 # -- damaged checkpoints: roll back to the newest intact one -------------------
 @pytest.mark.parametrize('name,damage', [
     ('fedavg', 'truncate'), ('feddyn', 'truncate'), ('fedavg', 'flip'), ('feddyn', 'flip'),

@@ -262,24 +262,36 @@ def signals_deferred() -> Iterator[None]:
     return
   pending = []
   previous = {}
-  for sig in (signal.SIGINT, signal.SIGTERM):
-    handler = signal.getsignal(sig)
-    if handler in (signal.SIG_IGN, None):  # ignored, or set outside Python
-      continue
-    previous[sig] = handler
-    signal.signal(sig, lambda signum, frame: pending.append((signum, frame)))
+  deferring = [True]
+
+  def deliver(signum, frame):
+    handler = previous[signum]
+    if callable(handler):
+      handler(signum, frame)
+    else:  # SIG_DFL
+      signal.signal(signum, handler)
+      signal.raise_signal(signum)
+
+  def defer(signum, frame):
+    if deferring[0]:
+      pending.append((signum, frame))
+    else:  # left in place by a signal that cut the restoring short
+      deliver(signum, frame)
+
   try:
+    for sig in (signal.SIGINT, signal.SIGTERM):
+      handler = signal.getsignal(sig)
+      if handler in (signal.SIG_IGN, None):  # ignored, or set outside Python
+        continue
+      previous[sig] = handler
+      signal.signal(sig, defer)
     yield
   finally:
+    deferring[0] = False
     for sig, handler in previous.items():
       signal.signal(sig, handler)
     if pending:
-      signum, frame = pending[0]
-      handler = previous[signum]
-      if callable(handler):
-        handler(signum, frame)
-      else:  # SIG_DFL
-        signal.raise_signal(signum)
+      deliver(*pending[0])
 
 
 def read_metrics_csv(path: str) -> tuple[list[str], list[dict[str, str]]]:

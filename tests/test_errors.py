@@ -216,7 +216,7 @@ def test_a_signal_during_a_call_on_tffs_loop_thread_exits_cleanly(sig, status):
   proc.send_signal(sig)
   _, err = proc.communicate(timeout=120)
   assert proc.returncode == status, err[-3000:]
-  assert time.monotonic() - sent < 5.0  # not after the call
+  assert time.monotonic() - sent < 15.0  # not after the call, which runs far longer
   lines = [l for l in err.splitlines() if l.strip() and not l.startswith('20')]
   assert lines == ['stopped; rerun the same command to resume'], err[-3000:]
 

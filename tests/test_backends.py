@@ -836,6 +836,101 @@ def test_inprocess_direct_calls_convert_like_tff():
       total([1.0, 2.0])
 
 
+def test_inprocess_named_arguments_are_read_by_name_and_mismatches_refused():
+  """Named containers are read by name, whatever their order; a missing, extra
+  or surplus element, or None for a tensor, raises instead of being matched by
+  position, dropped or read as nan."""
+  import collections
+  from tensorflow_federated.python.common_libs import structure
+  from tff_algos.runtime import inprocess
+  ctx = inprocess.create_context()
+
+  @tff.tensorflow.computation(tff.StructType([('a', np.float32), ('b', np.float32)]))
+  def a_minus_b(s):
+    return s['a'] - s['b']
+
+  @tff.tensorflow.computation(np.float32, np.float32)
+  def first_minus_second(x, y):
+    return x - y
+
+  swapped = collections.namedtuple('Swapped', ['b', 'a'])
+  with context_stack_impl.context_stack.install(ctx):
+    for arg in ({'a': 5.0, 'b': 1.0}, {'b': 1.0, 'a': 5.0}, swapped(b=1.0, a=5.0),
+                structure.Struct([('b', 1.0), ('a', 5.0)]), (5.0, 1.0)):
+      assert a_minus_b(arg) == 4.0, arg
+    for arg in ({'a': 5.0}, {'a': 5.0, 'b': 1.0, 'c': 0.0}, (5.0, 1.0, 100.0), (5.0,),
+                {'a': 5.0, 'b': None}):
+      with pytest.raises((TypeError, IndexError)):  # IndexError: TFF's own, for too few
+        a_minus_b(arg)
+    assert first_minus_second(5.0, 1.0) == 4.0
+
+
+def test_inprocess_calls_in_graph_mode_take_tffs_way():
+  """A call made while a graph is being built (a `tf.Graph` or a `tf.function`)
+  runs eagerly on TFF's loop thread, as on TFF's path, also after quick calls."""
+  from tff_algos.runtime import inprocess
+  ctx = inprocess.create_context()
+
+  @tff.tensorflow.computation(np.float32)
+  def double(x):
+    return x * 2.0
+
+  with context_stack_impl.context_stack.install(ctx):
+    assert [double(np.float32(k)) for k in range(3)] == [0.0, 2.0, 4.0]  # now quick
+    with tf.Graph().as_default():
+      assert double(np.float32(3.0)) == 6.0
+    assert tf.function(lambda: double(np.float32(3.0)))() == 6.0
+
+
+def test_inprocess_threads_mixing_tffs_way_and_the_loop_thread_do_not_deadlock(monkeypatch):
+  """One thread's calls take TFF's way (an argument the interpreter refuses),
+  another's run on TFF's loop thread: the loop thread must never wait for the
+  lock that a stalled coroutine of TFF's way holds (they deadlocked)."""
+  import threading
+  import time
+  from tff_algos.runtime import inprocess
+  ctx = inprocess.create_context()
+  monkeypatch.setattr(ctx, 'QUICK_CALL_SECONDS', 0.0)  # every call on the loop thread
+
+  @tff.tensorflow.computation(np.float32)
+  def double(x):
+    return x * 2.0
+
+  @tff.tensorflow.computation(tff.SequenceType(np.float32), np.float32)
+  def total_plus(ds, x):
+    return ds.reduce(np.float32(0.0), lambda a, b: a + b) + x
+
+  counts, errors = [0, 0], []
+
+  def refused():
+    try:
+      with context_stack_impl.context_stack.install(ctx):
+        while counts[0] < 30:
+          with pytest.raises(TypeError):
+            total_plus([1.0, 2.0], 1.0)  # a list, not a dataset: TFF's way
+          counts[0] += 1
+    except Exception as e:  # pylint: disable=broad-except
+      errors.append(e)
+
+  def looped():
+    try:
+      with context_stack_impl.context_stack.install(ctx):
+        while counts[1] < 30:
+          assert double(np.float32(1.0)) == 2.0
+          counts[1] += 1
+    except Exception as e:  # pylint: disable=broad-except
+      errors.append(e)
+
+  threads = [threading.Thread(target=f, daemon=True) for f in (refused, looped)]
+  for t in threads:
+    t.start()
+  deadline = time.monotonic() + 120
+  for t in threads:
+    t.join(max(0.0, deadline - time.monotonic()))
+  assert not any(t.is_alive() for t in threads), f'deadlocked after {counts}'
+  assert not errors and counts == [30, 30]
+
+
 def test_inprocess_quick_calls_run_on_the_calling_thread_others_on_tffs(monkeypatch):
   """A computation's first call (it traces) and calls after one that took
   `QUICK_CALL_SECONDS` or more run on TFF's event-loop thread, so the main

@@ -204,7 +204,7 @@ class _IdentityCachedCompiler:
     entry = self._compiled.get(id(comp))
     if entry is None or entry[0] is not comp:
       if len(self._compiled) >= self.MAX_ENTRIES:
-        self._compiled.pop(next(iter(self._compiled)))  # the oldest
+        self._compiled.pop(next(iter(self._compiled)), None)  # the oldest (None: raced)
       entry = (comp, self._compiler_fn(comp))
       self._compiled[id(comp)] = entry
     return entry[1]
@@ -293,8 +293,12 @@ class InProcessContext(sync_execution_context.SyncExecutionContext):
     self._async_runner = _CountingRunner(self._async_runner)  # TFF's way counted too
 
   def invoke(self, comp, arg):
-    if asyncio.iscoroutine(arg):
-      return super().invoke(comp, arg)
+    # The lock is always taken by the calling thread, never by TFF's loop
+    # thread: a loop thread waiting for it would stall a coroutine of TFF's
+    # way that holds it (measured: two threads deadlocked within 2 s).
+    if asyncio.iscoroutine(arg) or not tf.executing_eagerly():
+      with self._lock:  # TFF's way; in graph mode it runs eagerly on its loop thread
+        return super().invoke(comp, arg)
     compiled = self._compiler.compile(comp)
     parameter_type = compiled.type_signature.parameter
     try:
@@ -306,23 +310,24 @@ class InProcessContext(sync_execution_context.SyncExecutionContext):
       with self._lock:
         return super().invoke(comp, arg)  # TFF's way: its conversions, its errors
     last = self._seconds.get(id(comp))
-    if last is not None and last[0] is comp and last[1] < self.QUICK_CALL_SECONDS:
-      return self._call(comp, compiled, ingested, cardinalities)
+    with self._lock:
+      if last is not None and last[0] is comp and last[1] < self.QUICK_CALL_SECONDS:
+        return self._call(comp, compiled, ingested, cardinalities)
 
-    async def on_loop_thread():
-      return self._call(comp, compiled, ingested, cardinalities)
-    return self._async_runner.run_coro_and_return_result(on_loop_thread())
+      async def on_loop_thread():
+        return self._call(comp, compiled, ingested, cardinalities)
+      return self._async_runner.run_coro_and_return_result(on_loop_thread())
 
   def _call(self, comp, compiled, ingested, cardinalities):
+    """One call (the caller holds the lock)."""
     started = time.perf_counter()
-    with self._lock:
-      executor = self.executor_factory.create_executor(cardinalities)
-      try:
-        fn = _drive(executor.create_value(compiled, compiled.type_signature))
-        result = _drive(_drive(executor.create_call(fn, ingested)).compute())
-      except Exception:
-        self.executor_factory.clean_up_executor(cardinalities)  # as TFF's context
-        raise
+    executor = self.executor_factory.create_executor(cardinalities)
+    try:
+      fn = _drive(executor.create_value(compiled, compiled.type_signature))
+      result = _drive(_drive(executor.create_call(fn, ingested)).compute())
+    except Exception:
+      self.executor_factory.clean_up_executor(cardinalities)  # as TFF's context
+      raise
     if len(self._seconds) >= _IdentityCachedCompiler.MAX_ENTRIES:
       self._seconds.pop(next(iter(self._seconds)))  # the oldest
     self._seconds[id(comp)] = (comp, time.perf_counter() - started)

@@ -48,29 +48,54 @@ def _struct_elements(value, type_spec: computation_types.StructType) -> list:
   by name; otherwise by position. Missing, extra or surplus elements raise
   `TypeError` rather than being dropped or matched by position.
   """
+  if isinstance(value, (list, tuple)) and not hasattr(value, '_fields'):  # unnamed
+    if len(value) != len(type_spec):
+      raise _mismatch(value, type_spec)
+    return list(value)
   names = [name for name, _ in structure.iter_elements(type_spec)]
+  named = None not in names
+  if isinstance(value, dict):
+    if not named or len(value) != len(names) or any(n not in value for n in names):
+      raise _mismatch(value, type_spec)
+    return [value[name] for name in names]
   if isinstance(value, structure.Struct):
     items = structure.to_elements(value)
-  elif isinstance(value, dict):
-    items = list(value.items())
   elif attr.has(type(value)):
     items = [(field.name, getattr(value, field.name)) for field in attr.fields(type(value))]
-  elif isinstance(value, tuple) and hasattr(value, '_fields'):  # a namedtuple
+  elif isinstance(value, tuple):  # a namedtuple
     items = list(zip(value._fields, value))
-  elif isinstance(value, (list, tuple)):
-    items = [(None, v) for v in value]
   else:
     items = structure.to_elements(structure.from_container(value))
-  if all(name is not None for name in names) and all(k is not None for k, _ in items):
+  if len(items) != len(names):
+    raise _mismatch(value, type_spec)
+  if named and None not in (k for k, _ in items):
+    if [k for k, _ in items] == names:
+      return [v for _, v in items]
     by_name = dict(items)
-    if len(by_name) != len(items) or set(by_name) != set(names):
-      raise TypeError(f'In-process backend: elements {sorted(map(str, by_name))} do not '
-                      f'match {type_spec}.')
+    if set(by_name) != set(names):
+      raise _mismatch(value, type_spec)
     return [by_name[name] for name in names]
-  if isinstance(value, dict) or len(items) != len(names):
-    raise TypeError(f'In-process backend: {type(value).__name__} of {len(items)} '
-                    f'elements does not match {type_spec}.')
   return [v for _, v in items]
+
+
+def _mismatch(value, type_spec) -> TypeError:
+  return TypeError(f'In-process backend: a {type(value).__name__} that does not match '
+                   f'{type_spec} (its elements: {_describe(value)}).')
+
+
+def _describe(value) -> str:
+  if isinstance(value, dict):
+    return ', '.join(map(str, value))
+  if isinstance(value, structure.Struct):
+    return ', '.join(str(k) for k, _ in structure.iter_elements(value))
+  if attr.has(type(value)):
+    return ', '.join(f.name for f in attr.fields(type(value)))
+  if hasattr(value, '_fields'):
+    return ', '.join(value._fields)
+  try:
+    return f'{len(value)} unnamed'
+  except TypeError:
+    return type(value).__name__
 
 
 def ingest(value, type_spec):

@@ -261,8 +261,10 @@ class InProcessContext(sync_execution_context.SyncExecutionContext):
   coroutines driven directly, and a converter built once per result type
   (`_container_converter`). Measured on the trainer's quadratic-toy round
   (docs/performance.md): ~1 ms of Python a round less. Anything else (a
-  coroutine argument, a value `values.ingest` does not take) goes TFF's way,
-  which also gives its errors.
+  coroutine argument, a call made while a graph is built, a value
+  `values.ingest` does not take) goes TFF's way, which also gives its errors.
+  Calls run one at a time: the calling thread holds a lock for the whole call,
+  also while it waits for the loop thread, which never waits for the lock.
 
   A computation whose last call took under `QUICK_CALL_SECONDS` runs on the
   calling thread; others (first calls, which trace, and long rounds) run on

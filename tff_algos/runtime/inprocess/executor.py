@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import math
 import os
 import threading
 import time
@@ -192,7 +193,8 @@ def create_context(devices: Optional[list[str]] = None,
 class _IdentityCachedCompiler:
   """`compiler_fn` cached by its argument's identity (the argument is kept, so
   its id is not reused), at most `MAX_ENTRIES` arguments: computations for the
-  compiler, result types for `InProcessContext`'s container converters."""
+  compiler and for `InProcessContext`'s call timings, result types for its
+  container converters."""
 
   MAX_ENTRIES = 256
 
@@ -290,7 +292,8 @@ class InProcessContext(sync_execution_context.SyncExecutionContext):
     assert hasattr(async_context, '_compiler_pipeline'), 'TFF changed its context'
     async_context._compiler_pipeline = self._compiler  # pylint: disable=protected-access
     self._converters = _IdentityCachedCompiler(_container_converter)  # per result type
-    self._seconds: dict = {}  # id(computation) -> (computation, its last call's seconds)
+    # Per computation, [its last call's seconds] (inf: not called yet).
+    self._last_seconds = _IdentityCachedCompiler(lambda _: [math.inf])
     self._lock = threading.Lock()  # calls one at a time, as on TFF's one loop thread
     self._async_runner = _CountingRunner(self._async_runner)  # TFF's way counted too
 
@@ -299,8 +302,7 @@ class InProcessContext(sync_execution_context.SyncExecutionContext):
     # thread: a loop thread waiting for it would stall a coroutine of TFF's
     # way that holds it (measured: two threads deadlocked within 2 s).
     if asyncio.iscoroutine(arg) or not tf.executing_eagerly():
-      with self._lock:  # TFF's way; in graph mode it runs eagerly on its loop thread
-        return super().invoke(comp, arg)
+      return self._tffs_way(comp, arg)  # in graph mode it runs eagerly on its loop thread
     compiled = self._compiler.compile(comp)
     parameter_type = compiled.type_signature.parameter
     try:
@@ -309,19 +311,23 @@ class InProcessContext(sync_execution_context.SyncExecutionContext):
       cardinalities = ({} if arg is None else
                        cardinalities_utils.infer_cardinalities(arg, parameter_type))
     except Exception:  # pylint: disable=broad-except
-      with self._lock:
-        return super().invoke(comp, arg)  # TFF's way: its conversions, its errors
-    last = self._seconds.get(id(comp))
+      return self._tffs_way(comp, arg)  # its conversions, its errors
+    last_seconds = self._last_seconds.compile(comp)
     with self._lock:
-      if last is not None and last[0] is comp and last[1] < self.QUICK_CALL_SECONDS:
-        return self._call(comp, compiled, ingested, cardinalities)
+      if last_seconds[0] < self.QUICK_CALL_SECONDS:
+        return self._call(comp, compiled, ingested, cardinalities, last_seconds)
 
       async def on_loop_thread():
-        return self._call(comp, compiled, ingested, cardinalities)
+        return self._call(comp, compiled, ingested, cardinalities, last_seconds)
       return self._async_runner.run_coro_and_return_result(on_loop_thread())
 
-  def _call(self, comp, compiled, ingested, cardinalities):
-    """One call (the caller holds the lock)."""
+  def _tffs_way(self, comp, arg):
+    """TFF's context's own path, one call at a time like the others."""
+    with self._lock:
+      return super().invoke(comp, arg)
+
+  def _call(self, comp, compiled, ingested, cardinalities, last_seconds: list):
+    """One call (the caller holds the lock); its seconds go to `last_seconds`."""
     started = time.perf_counter()
     executor = self.executor_factory.create_executor(cardinalities)
     try:
@@ -330,9 +336,7 @@ class InProcessContext(sync_execution_context.SyncExecutionContext):
     except Exception:
       self.executor_factory.clean_up_executor(cardinalities)  # as TFF's context
       raise
-    if len(self._seconds) >= _IdentityCachedCompiler.MAX_ENTRIES:
-      self._seconds.pop(next(iter(self._seconds)))  # the oldest
-    self._seconds[id(comp)] = (comp, time.perf_counter() - started)
+    last_seconds[0] = time.perf_counter() - started
     return self._converters.compile(comp.type_signature.result)(result)
 
 

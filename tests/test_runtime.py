@@ -96,6 +96,14 @@ def test_in_process_shutdown_stops_the_worker_and_install_starts_a_new_one():
   assert double(21) == 42
 
 
+# Prints INTERRUPTED if a signal shut the context down (its exception swallowed or not).
+REPORT_INTERRUPTED = textwrap.dedent('''
+    try:
+      runtime.raise_if_interrupted()
+    except KeyboardInterrupt:
+      print('INTERRUPTED', flush=True)
+''')
+
 SWALLOWED = PRELUDE + textwrap.dedent('''
     print('WORKERS', *ctx.pids, flush=True)
     try:  # the handler, with its KeyboardInterrupt swallowed (as in a weakref callback)
@@ -108,18 +116,19 @@ SWALLOWED = PRELUDE + textwrap.dedent('''
       print('CALL RETURNED', flush=True)
     except runtime.WorkerStopped:
       print('STOPPED AFTER', round(time.monotonic() - t, 1), flush=True)
-    try:
-      runtime.raise_if_interrupted()
-    except KeyboardInterrupt:
-      print('INTERRUPTED', flush=True)
-''')
+''') + REPORT_INTERRUPTED
+
+
+def _run_script(script: str) -> subprocess.CompletedProcess:
+  """`script` in a new Python (TensorFlow's C++ logging off), its output captured."""
+  env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL='3')
+  return subprocess.run([sys.executable, '-c', script], cwd=ROOT, env=env,
+                        capture_output=True, text=True, timeout=120)
 
 
 def test_a_call_after_a_swallowed_sigint_fails_at_once_instead_of_hanging():
   # TFF alone retries a call against a stopped worker for ever.
-  env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL='3')
-  proc = subprocess.run([sys.executable, '-c', SWALLOWED], cwd=ROOT, env=env,
-                        capture_output=True, text=True, timeout=120)
+  proc = _run_script(SWALLOWED)
   assert proc.returncode == 0, proc.stderr[-3000:]
   lines = proc.stdout.splitlines()
   workers = [int(p) for p in next(l for l in lines if l.startswith('WORKERS')).split()[1:]]
@@ -145,19 +154,13 @@ IN_A_CALLBACK = PRELUDE + textwrap.dedent('''
 
     collect(boom)  # still reported
     collect(lambda _: signal.raise_signal(signal.SIGINT))  # the handler runs in the callback
-    try:
-      runtime.raise_if_interrupted()
-    except KeyboardInterrupt:
-      print('INTERRUPTED', flush=True)
-''')
+''') + REPORT_INTERRUPTED
 
 
 def test_a_sigint_swallowed_in_a_weakref_callback_prints_nothing_and_stops_the_run():
   # The run stops between rounds (raise_if_interrupted); without the hook Python
   # printed "Exception ignored in <function ...>" and the handler's traceback.
-  env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL='3')
-  proc = subprocess.run([sys.executable, '-c', IN_A_CALLBACK], cwd=ROOT, env=env,
-                        capture_output=True, text=True, timeout=120)
+  proc = _run_script(IN_A_CALLBACK)
   assert proc.returncode == 0, proc.stderr[-3000:]
   assert 'INTERRUPTED' in proc.stdout.splitlines(), proc.stdout
   assert proc.stderr.count('Exception ignored in') == 1, proc.stderr

@@ -902,26 +902,24 @@ def test_inprocess_threads_mixing_tffs_way_and_the_loop_thread_do_not_deadlock(m
 
   counts, errors = [0, 0], []
 
-  def refused():
+  def repeat(i, call):
     try:
       with context_stack_impl.context_stack.install(ctx):
-        while counts[0] < 30:
-          with pytest.raises(TypeError):
-            total_plus([1.0, 2.0], 1.0)  # a list, not a dataset: TFF's way
-          counts[0] += 1
+        while counts[i] < 30:
+          call()
+          counts[i] += 1
     except Exception as e:  # pylint: disable=broad-except
       errors.append(e)
+
+  def refused():
+    with pytest.raises(TypeError):
+      total_plus([1.0, 2.0], 1.0)  # a list, not a dataset: TFF's way
 
   def looped():
-    try:
-      with context_stack_impl.context_stack.install(ctx):
-        while counts[1] < 30:
-          assert double(np.float32(1.0)) == 2.0
-          counts[1] += 1
-    except Exception as e:  # pylint: disable=broad-except
-      errors.append(e)
+    assert double(np.float32(1.0)) == 2.0
 
-  threads = [threading.Thread(target=f, daemon=True) for f in (refused, looped)]
+  threads = [threading.Thread(target=repeat, args=(i, f), daemon=True)
+             for i, f in enumerate((refused, looped))]
   for t in threads:
     t.start()
   deadline = time.monotonic() + 120

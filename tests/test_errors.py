@@ -180,6 +180,11 @@ def test_every_client_diverging_warns_reports_nan_and_stops(tmp_path):
   assert [r.split(',')[loss] for r in rows[1:]] == ['nan'] * 3
 
 
+def _stopped_lines(err: str) -> list[str]:
+  """stderr's lines, less blank ones and TensorFlow's timestamped log lines."""
+  return [l for l in err.splitlines() if l.strip() and not l.startswith('20')]
+
+
 LONG_CALL = textwrap.dedent('''
     from experiments import common
 
@@ -217,7 +222,7 @@ def test_a_signal_during_a_call_on_tffs_loop_thread_exits_cleanly(sig, status):
   _, err = proc.communicate(timeout=120)
   assert proc.returncode == status, err[-3000:]
   assert time.monotonic() - sent < 15.0  # not after the call, which runs far longer
-  lines = [l for l in err.splitlines() if l.strip() and not l.startswith('20')]
+  lines = _stopped_lines(err)
   assert lines == ['stopped; rerun the same command to resume'], err[-3000:]
 
 
@@ -243,7 +248,7 @@ def test_more_signals_on_the_way_out_keep_the_line_and_print_no_traceback():
   proc = subprocess.run([sys.executable, '-c', SIGNALS_ON_THE_WAY_OUT], cwd=ROOT,
                         env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True, text=True,
                         timeout=120, preexec_fn=default_sigint)
-  lines = [l for l in proc.stderr.splitlines() if l.strip() and not l.startswith('20')]
+  lines = _stopped_lines(proc.stderr)
   assert lines == ['stopped after round 3; rerun the same command to resume'], proc.stderr
   assert proc.returncode == -signal.SIGINT  # ended as SIGINT ends a process (130 in a shell)
 
@@ -274,7 +279,7 @@ def test_a_signal_stops_with_one_line_and_the_rerun_resumes(tmp_path, sig, statu
   proc.send_signal(sig)
   _, err = proc.communicate(timeout=120)
   assert proc.returncode == status, err[-3000:]
-  lines = [l for l in err.splitlines() if l.strip() and not l.startswith('20')]
+  lines = _stopped_lines(err)
   assert len(lines) == 1 and re.fullmatch(
       r'stopped after round \d+; rerun the same command to resume.*', lines[0]), err
   assert 'Traceback' not in err and 'ServiceManager' not in err

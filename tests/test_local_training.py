@@ -6,6 +6,7 @@ dataset must see its shuffles in program order, every time.
 """
 
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from tff_algos.core import local_training
@@ -130,3 +131,51 @@ def test_regularized_keeps_a_default_run_s_correction_itself():
   assert with_clip is not correction
   out = with_clip(None)([tf.constant(1.0)], [tf.constant(4.0)])
   np.testing.assert_allclose(out[0], 1.0)
+
+
+def test_fold_reads_a_sized_dataset_synchronously_and_any_other_through_optionals():
+  """Both of fold's loops give reduce's result in reduce's order: a dataset that
+  knows its size (`cardinality() >= 0`) takes the loop of exactly that many
+  `IteratorGetNextSync` reads, one that does not (a `filter`) the loop over
+  optionals; empty datasets of both kinds leave the initial state."""
+  add = lambda s, b: digits_of(s, tf.reduce_sum(b))
+  sized = tf.data.Dataset.range(1, 8).batch(3)
+  unsized = tf.data.Dataset.range(1, 10).filter(lambda x: x < 8).batch(3)
+  assert int(sized.cardinality()) == 3
+  assert int(unsized.cardinality()) == int(tf.data.UNKNOWN_CARDINALITY)
+
+  @tf.function
+  def both(ds):
+    return (local_training.fold(ds, tf.constant(0, tf.int64), add),
+            ds.reduce(tf.constant(0, tf.int64), add))
+
+  for ds in (sized, unsized, sized.take(0), unsized.filter(lambda b: False)):
+    folded, reduced = both(ds)
+    assert int(folded) == int(reduced), ds
+  assert int(both(unsized)[0]) == 6 * 100 + 15 * 10 + 7
+  # Elements that are structures, as clients' batches are.
+  pairs = tf.data.Dataset.from_tensor_slices(
+      dict(x=np.arange(6.0, dtype=np.float32), y=np.arange(6))).batch(4)
+  for ds in (pairs, pairs.filter(lambda e: True)):
+    total = tf.function(lambda d: local_training.fold(
+        d, (tf.constant(0.0), tf.constant(0, tf.int64)),
+        lambda s, e: (s[0] + tf.reduce_sum(e['x']), s[1] + tf.reduce_sum(e['y']))))(ds)
+    assert (float(total[0]), int(total[1])) == (15.0, 15)
+
+  # Which reads each loop makes: the graph's two while bodies.
+  graph_def = both.get_concrete_function(sized).graph.as_graph_def()
+  bodies = {f.signature.name: {n.op for n in f.node_def} for f in graph_def.library.function
+            if 'while_body' in f.signature.name}
+  reads = sorted(tuple(sorted(op for op in ops if 'GetNext' in op)) for ops in bodies.values()
+                 if any('GetNext' in op for op in ops))
+  assert reads == [('IteratorGetNextAsOptional',), ('IteratorGetNextSync',)]
+
+
+def test_a_sized_dataset_that_ends_early_is_an_error_not_a_short_loop():
+  """A dataset whose cardinality overstates its elements (an `assert_cardinality`
+  that does not hold) stops the call with TensorFlow's error; the synchronous
+  loop never reads past the end silently."""
+  wrong = tf.data.Dataset.range(3).apply(tf.data.experimental.assert_cardinality(5))
+  assert int(wrong.cardinality()) == 5
+  with pytest.raises(tf.errors.OpError):
+    tf.function(lambda d: local_training.fold(d, tf.constant(0, tf.int64), tf.add))(wrong)

@@ -368,6 +368,30 @@ def test_checkpoint_past_total_rounds_is_refused(runs, algorithms, task, tmp_pat
     resume(algorithms, task, 'fedavg', out, rounds=3)
 
 
+def test_a_run_s_checkpoints_share_one_event_loop_closed_at_the_end(
+    runs, algorithms, task, tmp_path, monkeypatch):
+  """TFF's state manager is asynchronous; a run runs its coroutines on one
+  event loop (`asyncio.run` made one, with a thread pool, per call), closed
+  with the run's outputs, and also when the directory is refused."""
+  runners = []
+
+  class Recorded(run_outputs.asyncio.Runner):
+    def __init__(self, *args, **kwargs):
+      super().__init__(*args, **kwargs)
+      runners.append(self)
+
+  monkeypatch.setattr(run_outputs.asyncio, 'Runner', Recorded)
+  out = tmp_path / 'run'
+  training.run_training(algorithms['fedavg'], task, config(str(out)))
+  assert len(runners) == 1  # the resume check and 3 checkpoints
+  with pytest.raises(UserError, match='past --total_rounds'):
+    training.run_training(algorithms['fedavg'], task, config(str(out), rounds=2))
+  assert len(runners) == 2
+  for runner in runners:
+    with pytest.raises(RuntimeError, match='closed'):
+      runner.get_loop()
+
+
 # -- metrics.csv lost or damaged: totals survive, garbage is named -------------
 @pytest.mark.parametrize('name,damage', [('fedavg', 'delete'), ('feddyn', 'truncate'),
                                          ('fedavg', 'torn')])

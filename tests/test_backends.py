@@ -957,3 +957,73 @@ def test_inprocess_quick_calls_run_on_the_calling_thread_others_on_tffs(monkeypa
     monkeypatch.setattr(inprocess.InProcessContext, 'QUICK_CALL_SECONDS', 0.0)
     assert double(np.float32(4.0)) == 8.0
     assert threads[-1] is False
+
+
+def test_inprocess_a_call_interrupted_while_it_runs_on_the_loop_thread_keeps_the_lock(
+    monkeypatch):
+  """Ctrl-C in a notebook stops the wait for a call on TFF's loop thread, not
+  the call: the next call must wait until it is over instead of running
+  beside it (the lock was released at once). Simulated: the waiting thread
+  gets a KeyboardInterrupt while the call goes on, blocked on an event."""
+  import threading
+  import time
+  from tff_algos.runtime import inprocess
+  ctx = inprocess.create_context()
+  monkeypatch.setattr(ctx, 'QUICK_CALL_SECONDS', 60.0)  # calls after the first are quick
+
+  @tff.tensorflow.computation(np.float32)
+  def double(x):
+    return x * 2.0
+
+  @tff.tensorflow.computation(np.float32)
+  def slow(x):
+    return x + 1.0
+
+  events, release = [], threading.Event()
+  call = inprocess.InProcessContext._call
+
+  def recorded(self, comp, *args):
+    name = 'slow' if comp is slow else 'double'
+    events.append(('start', name))
+    if name == 'slow':
+      assert release.wait(60)
+    try:
+      return call(self, comp, *args)
+    finally:
+      events.append(('end', name))
+  monkeypatch.setattr(inprocess.InProcessContext, '_call', recorded)
+
+  class Interrupted:
+    """The loop thread runs the call; the waiting thread is interrupted."""
+
+    def __init__(self, runner):
+      self.runner = runner
+
+    def run_coro_and_return_result(self, coroutine):
+      threading.Thread(target=self.runner.run_coro_and_return_result, args=(coroutine,),
+                       daemon=True).start()
+      time.sleep(0.2)
+      raise KeyboardInterrupt
+
+  with context_stack_impl.context_stack.install(ctx):
+    assert double(np.float32(1.0)) == 2.0  # first call: on the loop thread
+    runner = ctx._async_runner._runner  # pylint: disable=protected-access
+    monkeypatch.setattr(ctx._async_runner, '_runner', Interrupted(runner))  # pylint: disable=protected-access
+    with pytest.raises(KeyboardInterrupt):
+      slow(np.float32(1.0))  # its first call: on the loop thread, still running
+    monkeypatch.setattr(ctx._async_runner, '_runner', runner)  # pylint: disable=protected-access
+    results = []
+    second = threading.Thread(target=_in_context, args=(ctx, double, results), daemon=True)
+    second.start()
+    time.sleep(0.5)
+    assert events == [('start', 'double'), ('end', 'double'), ('start', 'slow')]
+    release.set()
+    second.join(60)
+    assert results == [6.0]
+    assert events[3:] == [('end', 'slow'), ('start', 'double'), ('end', 'double')]
+    assert double(np.float32(4.0)) == 8.0  # the lock is free again
+
+
+def _in_context(ctx, computation, results):
+  with context_stack_impl.context_stack.install(ctx):
+    results.append(computation(np.float32(3.0)))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import math
 import os
 import threading
@@ -229,26 +230,71 @@ def calls_on_loop_threads() -> int:
   return _calls_on_loop_threads
 
 
-class _CountingRunner:
-  """TFF's `AsyncThreadRunner`, counting what it runs (`calls_on_loop_threads`)."""
+class _Handover:
+  """Who releases the context's lock after a call on the loop thread: the
+  waiting thread, or, when it stopped waiting (Ctrl-C), the loop thread once
+  the call is over."""
 
-  def __init__(self, runner):
-    self._runner = runner
+  def __init__(self, lock: threading.Lock):
+    self._lock, self._guard = lock, threading.Lock()
+    self._over = self._abandoned = False
+
+  def over(self) -> None:
+    """On the loop thread, the call ended: release the lock if nobody waits."""
+    with self._guard:
+      self._over = True
+      if self._abandoned:
+        self._lock.release()
+
+  def abandon(self) -> bool:
+    """The waiting thread stops waiting: True if the loop thread will release."""
+    with self._guard:
+      self._abandoned = not self._over
+      return self._abandoned
+
+
+class _CountingRunner:
+  """TFF's `AsyncThreadRunner`, counting what it runs (`calls_on_loop_threads`).
+
+  A call it runs holds the context's lock (`lock`, taken by the calling
+  thread) until it is over, also when the calling thread stops waiting for it:
+  a Ctrl-C in a notebook stops the wait, not the TensorFlow call, and the next
+  call would otherwise run beside it. `handed_over()` tells the calling thread
+  that the loop thread releases the lock (per thread: once released, another
+  thread's call may begin before this one has read it).
+  """
+
+  def __init__(self, runner, lock: threading.Lock):
+    self._runner, self._lock = runner, lock
+    self._thread = threading.local()
+
+  def handed_over(self) -> bool:
+    """Whether this thread's last call on the loop thread keeps the lock."""
+    return getattr(self._thread, 'handed_over', False)
+
+  def forget_handover(self) -> None:
+    self._thread.handed_over = False
 
   def run_coro_and_return_result(self, coroutine):
     global _calls_on_loop_threads
     with _calls_lock:
       _calls_on_loop_threads += 1
-    return self._runner.run_coro_and_return_result(self._counted(coroutine))
+    handover = _Handover(self._lock)
+    try:
+      return self._runner.run_coro_and_return_result(self._counted(coroutine, handover))
+    except BaseException:
+      self._thread.handed_over = handover.abandon()
+      raise
 
   @staticmethod
-  async def _counted(coroutine):
+  async def _counted(coroutine, handover: _Handover):
     global _calls_on_loop_threads
     try:
       return await coroutine
     finally:  # on the loop thread, once the call is over (never if it never started)
       with _calls_lock:
         _calls_on_loop_threads -= 1
+      handover.over()
 
 
 class InProcessContext(sync_execution_context.SyncExecutionContext):
@@ -266,7 +312,9 @@ class InProcessContext(sync_execution_context.SyncExecutionContext):
   coroutine argument, a call made while a graph is built, a value
   `values.ingest` does not take) goes TFF's way, which also gives its errors.
   Calls run one at a time: the calling thread holds a lock for the whole call,
-  also while it waits for the loop thread, which never waits for the lock.
+  also while it waits for the loop thread, which never waits for the lock. A
+  call that the calling thread stops waiting for (Ctrl-C in a notebook) keeps
+  the lock until it is over, so that the next call waits for it.
 
   A computation whose last call took under `QUICK_CALL_SECONDS` runs on the
   calling thread; others (first calls, which trace, and long rounds) run on
@@ -295,7 +343,8 @@ class InProcessContext(sync_execution_context.SyncExecutionContext):
     # Per computation, [its last call's seconds] (inf: not called yet).
     self._last_seconds = _IdentityCachedCompiler(lambda _: [math.inf])
     self._lock = threading.Lock()  # calls one at a time, as on TFF's one loop thread
-    self._async_runner = _CountingRunner(self._async_runner)  # TFF's way counted too
+    # TFF's way counted too; calls on the loop thread hand the lock over.
+    self._async_runner = _CountingRunner(self._async_runner, self._lock)
 
   def invoke(self, comp, arg):
     # The lock is always taken by the calling thread, never by TFF's loop
@@ -313,7 +362,7 @@ class InProcessContext(sync_execution_context.SyncExecutionContext):
     except Exception:  # pylint: disable=broad-except
       return self._tffs_way(comp, arg)  # its conversions, its errors
     last_seconds = self._last_seconds.compile(comp)
-    with self._lock:
+    with self._one_call():
       if last_seconds[0] < self.QUICK_CALL_SECONDS:
         return self._call(comp, compiled, ingested, cardinalities, last_seconds)
 
@@ -323,8 +372,22 @@ class InProcessContext(sync_execution_context.SyncExecutionContext):
 
   def _tffs_way(self, comp, arg):
     """TFF's context's own path, one call at a time like the others."""
-    with self._lock:
+    with self._one_call():
       return super().invoke(comp, arg)
+
+  @contextlib.contextmanager
+  def _one_call(self):
+    """Holds the lock for one call; released here unless a call on the loop
+    thread that this thread stopped waiting for still runs (it releases it)."""
+    self._lock.acquire()
+    self._async_runner.forget_handover()
+    try:
+      yield
+    except BaseException:
+      if not self._async_runner.handed_over():
+        self._lock.release()
+      raise
+    self._lock.release()
 
   def _call(self, comp, compiled, ingested, cardinalities, last_seconds: list):
     """One call (the caller holds the lock); its seconds go to `last_seconds`."""

@@ -387,6 +387,12 @@ def test_a_run_s_checkpoints_share_one_event_loop_closed_at_the_end(
   with pytest.raises(UserError, match='past --total_rounds'):
     training.run_training(algorithms['fedavg'], task, config(str(out), rounds=2))
   assert len(runners) == 2
+  lines = (out / 'metrics.csv').read_text().splitlines(keepends=True)
+  lines[3] = lines[2]  # refused after the checkpoint is read: metrics.csv
+  (out / 'metrics.csv').write_text(''.join(lines))
+  with pytest.raises(UserError, match='metrics.csv, line 4'):
+    training.run_training(algorithms['fedavg'], task, config(str(out), rounds=8))
+  assert len(runners) == 3
   for runner in runners:
     with pytest.raises(RuntimeError, match='closed'):
       runner.get_loop()

@@ -205,13 +205,17 @@ def _run_training(algorithm: FederatedAlgorithm, task: Task, config: RunConfig,
   # fwd+bwd FLOPs of the model; measured before the seeded init.
   model_cost = accounting.model_cost(task.model_fn)
   state, initial_client_state = _initial_state(algorithm, task, config, initial_weights)
-  state, start_round = outputs.resume(state, config.total_rounds)
-  # Stateful clients (FedDyn, SCAFFOLD): their states live in a disk-backed
-  # store, rolled back to the checkpoint's round on resume.
-  if algorithm.stateful_clients:
-    outputs.open_store(initial_client_state, task.client_ids, start_round)
-  one_round = _RoundStep(algorithm, task, config, model_cost, outputs)
-  loop = _RoundLoop(one_round, evaluate, outputs, config, round_callback)
+  try:  # a refused directory closes what was opened (the loop closes it later)
+    state, start_round = outputs.resume(state, config.total_rounds)
+    # Stateful clients (FedDyn, SCAFFOLD): their states live in a disk-backed
+    # store, rolled back to the checkpoint's round on resume.
+    if algorithm.stateful_clients:
+      outputs.open_store(initial_client_state, task.client_ids, start_round)
+    one_round = _RoundStep(algorithm, task, config, model_cost, outputs)
+    loop = _RoundLoop(one_round, evaluate, outputs, config, round_callback)
+  except BaseException:
+    outputs.close()
+    raise
   state = loop.run(state, start_round)
   weights = algorithm.process.get_model_weights(state)
   if not loop.last_eval and task.test_data is not None:

@@ -189,6 +189,13 @@ def fold(dataset: tf.data.Dataset, initial_state: Any,
   to a tf.data thread and back, and the loop needs one read past the end. On
   the quadratic toy (one batch a client) the synchronous reads took ~10 % off
   a round. Both loops are in the graph (`fn` is traced twice), one runs.
+  TensorFlow's reported size is trusted: a dataset that claims more elements
+  than it has stops the call with TensorFlow's error, one that claims fewer
+  (an `assert_cardinality` that does not hold) is read to its claimed size
+  without that check's error, as no read goes past it. Tracing twice gives a
+  Keras layer with a fixed seed called directly in `fn` (not in a
+  `tf.function`, as TFF's `from_keras_model` forward pass is) a new seed in
+  the second trace, so a later fold in the same graph draws other masks.
   """
   dataset = dataset.with_options(_LOOP_OPTIONS)
   iterator = iter(dataset)

@@ -145,23 +145,19 @@ class LocalOutcome:
 
 
 def _loop_options() -> tf.data.Options:
-  """No per-iterator dataset rewrites, autotuning or injected prefetching, and
-  a private pool of one thread.
+  """No per-iterator dataset rewrites, autotuning or injected prefetching.
 
   Creating an iterator (MakeIterator) otherwise rewrites the dataset graph and
   starts autotuning: ~1.5 ms per client call, all of a tiny client's work. A
   client's pipeline is consumed by one sequential loop, so none of it helps.
-  With a private pool of one thread, creating and reading an iterator measured
-  ~50 us less per client call than on TensorFlow's shared pool (TF 2.14, this
-  2-core VM; 2 threads gave no gain). The pool runs the pipeline's own
-  functions (a `map`'s), which this library's client pipelines run one element
-  after another anyway.
+  A private pool of one thread (`threading.private_threadpool_size = 1`) made
+  creating an iterator ~50 us cheaper, but a paper-003 CIFAR-100 smoke run
+  (augmentation map) then hung on TFF's C++ worker: not used.
   """
   options = tf.data.Options()
   options.autotune.enabled = False
   options.experimental_optimization.apply_default_optimizations = False
   options.experimental_optimization.inject_prefetch = False
-  options.threading.private_threadpool_size = 1
   return options
 
 

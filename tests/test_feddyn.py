@@ -313,3 +313,38 @@ def test_weight_decay_form_adds_the_linear_term_formed_once():
   decay = np.float32(alpha_k + np.float32(0.01))
   np.testing.assert_array_equal(got[0], (g + linear[0].numpy()) + decay * w)
   assert np.any(g + -(g_k + alpha_k * srv) != (g - g_k) - alpha_k * srv)
+
+
+def test_default_form_adds_a_once_formed_constant_and_alpha_theta_in_two_ops():
+  """The text's step gradient g - g_k + alpha_k (theta - theta_{t-1}) formed as
+  g + (-(g_k + alpha_k theta_{t-1})) + alpha_k theta: the constant once per
+  client, then a product and one three-way sum a step (four passes before).
+  The same sum up to float32 rounding; clipping still sees all of it."""
+  import tensorflow as tf
+  rng = np.random.default_rng(1)
+  g, g_k, srv, w = (rng.normal(size=1000).astype(np.float32) for _ in range(4))
+  alpha_k = np.float32(0.3)
+  text = g - g_k + alpha_k * (w - srv)
+  linear = -(g_k + alpha_k * srv)
+
+  def gradient(config, given_linear=None):
+    return feddyn.local_gradient(config, [tf.constant(g)], [tf.constant(w)],
+                                 [tf.constant(srv)], [tf.constant(g_k)],
+                                 tf.constant(alpha_k), given_linear)[0].numpy()
+
+  got = gradient(feddyn.FedDynConfig())
+  np.testing.assert_array_equal(got, (g + linear) + alpha_k * w)
+  np.testing.assert_allclose(got, text, rtol=0, atol=1e-6)
+  decayed = gradient(feddyn.FedDynConfig(weight_decay=0.01))
+  np.testing.assert_allclose(decayed, text + np.float32(0.01) * w, rtol=0, atol=1e-6)
+  clipped = gradient(feddyn.FedDynConfig(weight_decay=0.01, clip_norm=1.0))
+  np.testing.assert_allclose(clipped, text / np.linalg.norm(text) + np.float32(0.01) * w,
+                             rtol=0, atol=1e-6)
+
+  step = tf.function(lambda gg, ww: feddyn.local_gradient(
+      feddyn.FedDynConfig(), [gg], [ww], None, None, tf.constant(alpha_k),
+      [tf.constant(linear)]))
+  graph = step.get_concrete_function(tf.TensorSpec([1000]), tf.TensorSpec([1000])).graph
+  elementwise = sorted(op.type for op in graph.get_operations()
+                       if op.type not in ('Placeholder', 'Const', 'Identity', 'NoOp'))
+  assert elementwise == ['AddN', 'Mul']

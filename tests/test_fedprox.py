@@ -118,3 +118,22 @@ def test_fedprox_flags_validate_early():
               HParams(local_steps_decay=0.9)):
     with pytest.raises(ValueError):
       registry.check('fedprox', bad)
+
+
+def test_proximal_gradient_is_formed_in_two_ops_a_step():
+  """g + mu (theta - x_t) as g + (-mu x_t) + mu theta: -mu x_t once per client,
+  then a product and one three-way sum a step, not three passes."""
+  import tensorflow as tf
+  import tensorflow_federated as tff
+  rng = np.random.default_rng(0)
+  g, w, x = (rng.normal(size=1000).astype(np.float32) for _ in range(3))
+  mu = 0.5
+  x_t = tff.learning.models.ModelWeights(trainable=[tf.constant(x)], non_trainable=[])
+  correction_fn = fedprox.proximal_correction(mu)(x_t)
+  got = correction_fn([tf.constant(w)], [tf.constant(g)])[0].numpy()
+  np.testing.assert_array_equal(got, (g + np.float32(-mu) * x) + np.float32(mu) * w)
+  np.testing.assert_allclose(got, g + np.float32(mu) * (w - x), rtol=0, atol=1e-6)
+  step = tf.function(lambda gg, ww: correction_fn([ww], [gg]))
+  graph = step.get_concrete_function(tf.TensorSpec([1000]), tf.TensorSpec([1000])).graph
+  assert sorted(op.type for op in graph.get_operations()
+                if op.type not in ('Placeholder', 'Const', 'Identity', 'NoOp')) == ['AddN', 'Mul']

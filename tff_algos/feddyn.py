@@ -101,9 +101,9 @@ def _zeros(structure):
 
 
 def linear_term(g_k, server_weights, alpha_k):
-  """-(g_k + alpha_k theta_{t-1}): the weight-decay form's constant part of the
-  local gradient, formed once per client, as the reference code does
-  (`train_feddyn_mdl`: alpha * (local_grad_vector - avg_mdl_param))."""
+  """-(g_k + alpha_k theta_{t-1}): the constant part of the local gradient,
+  formed once per client (the weight-decay form's order is the reference
+  code's, `train_feddyn_mdl`: alpha * (local_grad_vector - avg_mdl_param))."""
   return [-(gk + alpha_k * s) for gk, s in zip(g_k, server_weights)]
 
 
@@ -111,16 +111,24 @@ def local_gradient(config: FedDynConfig, grads, weights, server_weights, g_k,
                    alpha_k, linear=None):
   """The local step's gradient: grad L_k - g_k + alpha_k (theta - theta_{t-1}).
 
-  With `weight_decay_form`, grad L_k + `linear` (`linear_term`, formed once per
-  client if given), clipped, then (alpha_k + weight_decay) theta.
+  Formed as grad L_k + `linear` + alpha_k theta, with `linear` =
+  `linear_term(g_k, theta_{t-1}, alpha_k)` formed once per client (if not
+  given, here): two passes over the model a step (a product and one
+  three-way sum) instead of the text's four, the same sum rounded otherwise
+  (by at most a float32 rounding of alpha_k |theta|). Clipping
+  (`clip_norm`) sees the whole gradient; `weight_decay` theta is added after
+  it. With `weight_decay_form`, clipping sees grad L_k + `linear` and
+  (alpha_k + weight_decay) theta is added after it.
   """
+  if linear is None:
+    linear = linear_term(g_k, server_weights, alpha_k)
+  if config.clip_norm is None:  # one sum: grad + linear + (alpha_k + decay) theta
+    decay = alpha_k if not config.weight_decay else alpha_k + config.weight_decay
+    return [tf.add_n([g, c, decay * w]) for g, c, w in zip(grads, linear, weights)]
   if config.weight_decay_form:  # alpha_k theta joins the (unclipped) decay term
-    if linear is None:
-      linear = linear_term(g_k, server_weights, alpha_k)
     return local_training.clip_then_decay([g + c for g, c in zip(grads, linear)], weights,
                                           config.clip_norm, alpha_k + config.weight_decay)
-  total = [g - gk + alpha_k * (w - s)
-           for g, gk, w, s in zip(grads, g_k, weights, server_weights)]
+  total = [tf.add_n([g, c, alpha_k * w]) for g, c, w in zip(grads, linear, weights)]
   return local_training.clip_then_decay(total, weights, config.clip_norm,
                                         config.weight_decay)
 
@@ -171,8 +179,7 @@ def stateful_fns(config: FedDynConfig) -> stateful_process.StatefulFns:
     alpha_k = client_alpha(config, lambda: local_training.count_examples(dataset),
                            mean_examples)
 
-    linear = (linear_term(g_k, theta_srv, alpha_k) if config.weight_decay_form
-              else None)
+    linear = linear_term(g_k, theta_srv, alpha_k)  # formed once per client
 
     def correction(weights, grads):
       return local_gradient(config, grads, weights, theta_srv, g_k, alpha_k, linear)

@@ -111,23 +111,30 @@ def local_gradient(config: FedDynConfig, grads, weights, server_weights, g_k,
                    alpha_k, linear=None):
   """The local step's gradient: grad L_k - g_k + alpha_k (theta - theta_{t-1}).
 
-  Formed as grad L_k + `linear` + alpha_k theta, with `linear` =
-  `linear_term(g_k, theta_{t-1}, alpha_k)` formed once per client (if not
-  given, here): two passes over the model a step (a product and one
-  three-way sum) instead of the text's four, the same sum rounded otherwise
-  (by at most a float32 rounding of alpha_k |theta|). Clipping
-  (`clip_norm`) sees the whole gradient; `weight_decay` theta is added after
-  it. With `weight_decay_form`, clipping sees grad L_k + `linear` and
-  (alpha_k + weight_decay) theta is added after it.
+  Both forms add `linear` = `linear_term(g_k, theta_{t-1}, alpha_k)`, formed
+  once per client (here if not given; when given, `server_weights` and `g_k`
+  are not read).
+
+  Default form: one sum of grad L_k, `linear` and alpha_k theta (`tf.add_n`:
+  a product and one three-way sum a step, where the text's order took four
+  ops; TensorFlow picks the order of the sum). Clipping (`clip_norm`) sees
+  the whole gradient and `weight_decay` theta is added after it; without
+  clipping the decay joins the product. The same sum, rounded at the size of
+  `linear` (|g_k + alpha_k theta_{t-1}|) where the text's order subtracted
+  g_k from grad L_k first, exactly when the two are close, as at FedDyn's
+  fixed point (docs/performance.md, session 20).
+
+  `weight_decay_form`, in the reference code's order: clipping sees
+  grad L_k + `linear`, then (alpha_k + weight_decay) theta is added.
   """
   if linear is None:
     linear = linear_term(g_k, server_weights, alpha_k)
-  if config.clip_norm is None:  # one sum: grad + linear + (alpha_k + decay) theta
-    decay = alpha_k if not config.weight_decay else alpha_k + config.weight_decay
-    return [tf.add_n([g, c, decay * w]) for g, c, w in zip(grads, linear, weights)]
   if config.weight_decay_form:  # alpha_k theta joins the (unclipped) decay term
     return local_training.clip_then_decay([g + c for g, c in zip(grads, linear)], weights,
                                           config.clip_norm, alpha_k + config.weight_decay)
+  if config.clip_norm is None:  # the decay joins alpha_k theta
+    decay = alpha_k + config.weight_decay if config.weight_decay else alpha_k
+    return [tf.add_n([g, c, decay * w]) for g, c, w in zip(grads, linear, weights)]
   total = [tf.add_n([g, c, alpha_k * w]) for g, c, w in zip(grads, linear, weights)]
   return local_training.clip_then_decay(total, weights, config.clip_norm,
                                         config.weight_decay)
@@ -207,7 +214,8 @@ def build_feddyn(model_fn: Callable[[], tff.learning.models.VariableModel],
                  config: FedDynConfig = FedDynConfig(),
                  name: str = 'feddyn') -> FederatedAlgorithm:
   # Per parameter and step: SGD's 2 plus the gradient correction
-  # - g_k + alpha (theta - theta_srv): 4 more (paper 004 App. B's counting).
+  # - g_k + alpha (theta - theta_srv): 4 more, paper 004 App. B's counting of
+  # the update's arithmetic (the default form now runs it as 2 ops).
   return algorithm_lib.build_stateful_algorithm(
       name, model_fn, config.client_schedule(), stateful_fns(config),
       optimizer_flops_per_param=6.0,

@@ -271,8 +271,7 @@ def test_host_datasets_pins_the_input_pipeline_to_the_cpu_in_function_bodies():
   bodies = [n for f in graph_def.library.function for n in f.node_def]
   pipeline = [n for n in list(graph_def.node) + bodies
               if graph_surgery.is_input_pipeline_op(n.op)]
-  assert {'AnonymousIteratorV3', 'IteratorGetNextSync', 'IteratorGetNextAsOptional',
-          'OptionalGetValue'} <= {
+  assert {'AnonymousIteratorV3', 'IteratorGetNextAsOptional', 'OptionalGetValue'} <= {
       n.op for n in bodies if n in pipeline}
   assert all(n.device == '/device:CPU:0' for n in pipeline)
   assert all(n.device == '' for n in bodies if n.op == 'AddV2')  # compute is left free

@@ -35,7 +35,6 @@ from typing import Any, Callable, NamedTuple, Optional
 
 import tensorflow as tf
 import tensorflow_federated as tff
-from tensorflow.python.data.util import structure  # pylint: disable=g-direct-tensorflow-import
 
 from tff_algos.core import lanes
 
@@ -150,9 +149,6 @@ def _loop_options() -> tf.data.Options:
   Creating an iterator (MakeIterator) otherwise rewrites the dataset graph and
   starts autotuning: ~1.5 ms per client call, all of a tiny client's work. A
   client's pipeline is consumed by one sequential loop, so none of it helps.
-  A private pool of one thread (`threading.private_threadpool_size = 1`) made
-  creating an iterator ~50 us cheaper, but a paper-003 CIFAR-100 smoke run
-  (augmentation map) then hung on TFF's C++ worker: not used.
   """
   options = tf.data.Options()
   options.autotune.enabled = False
@@ -177,43 +173,22 @@ def fold(dataset: tf.data.Dataset, initial_state: Any,
   of the enclosing function, instantiated once per computation and cached.
   Must be called inside a `tf.function` (as all client work is).
 
-  A dataset that knows its size (`cardinality() >= 0`: tensor slices, with
-  `batch`, `map`, `shuffle`, `repeat(n)`, `take`) is read with exactly that
-  many synchronous `IteratorGetNextSync` calls. Any other (a `filter`, TFF's
-  SQL client data) is read through optionals until one is empty:
-  `IteratorGetNextAsOptional` is an asynchronous kernel that hands every read
-  to a tf.data thread and back, and the loop needs one read past the end. On
-  the quadratic toy (one batch a client) the synchronous reads took ~10 % off
-  a round. Both loops are in the graph (`fn` is traced twice), one runs.
-  TensorFlow's reported size is trusted: a dataset that claims more elements
-  than it has stops the call with TensorFlow's error, one that claims fewer
-  (an `assert_cardinality` that does not hold) is read to its claimed size
-  without that check's error, as no read goes past it. Tracing twice gives a
-  Keras layer with a fixed seed called directly in `fn` (not in a
-  `tf.function`, as TFF's `from_keras_model` forward pass is) a new seed in
-  the second trace, so a later fold in the same graph draws other masks.
+  Reads go through optionals (`IteratorGetNextAsOptional`, one read past the
+  end). Session 19 read datasets of known size with `IteratorGetNextSync`
+  instead (the toy round ~10 % cheaper); with it, smoke runs on TFF's C++
+  worker hung now and then, both inter-op threads blocked destroying the
+  loop's iterators (docs/performance.md, session 20), so it was taken out.
   """
-  dataset = dataset.with_options(_LOOP_OPTIONS)
-  iterator = iter(dataset)
-  size = dataset.cardinality()
+  iterator = iter(dataset.with_options(_LOOP_OPTIONS))
 
-  def known_size():
-    def body(i, state):
-      return i + 1, fn(state, _next_sync(iterator))
-    return tf.while_loop(lambda i, state: i < size, body,
-                         (tf.constant(0, tf.int64), initial_state))[1]
+  def cond(state, element):
+    del state
+    return element.has_value()
 
-  def unknown_size():
-    def cond(state, element):
-      del state
-      return element.has_value()
+  def body(state, element):
+    return fn(state, element.get_value()), iterator.get_next_as_optional()
 
-    def body(state, element):
-      return fn(state, element.get_value()), iterator.get_next_as_optional()
-
-    return tf.while_loop(cond, body, (initial_state, iterator.get_next_as_optional()))[0]
-
-  state = tf.cond(size >= 0, known_size, unknown_size)
+  state, _ = tf.while_loop(cond, body, (initial_state, iterator.get_next_as_optional()))
   # A sequence point: TensorFlow runs stateful ops without resource inputs (this
   # one, and the next fold's iterator creation) in program order. Without it
   # two folds over one reshuffling dataset (a count, then training) created
@@ -222,17 +197,6 @@ def fold(dataset: tf.data.Dataset, initial_state: Any,
   with tf.control_dependencies(tf.nest.flatten(state)):
     tf.timestamp()
   return state
-
-
-def _next_sync(iterator) -> Any:
-  """The iterator's next element by the synchronous `IteratorGetNextSync`
-  (which fails past the end), as `next(iterator)` structures it. Reads the
-  fields `OwnedIterator` keeps for its own `get_next` (TF 2.14)."""
-  flat = tf.raw_ops.IteratorGetNextSync(
-      iterator=iterator._iterator_resource,  # pylint: disable=protected-access
-      output_types=iterator._flat_output_types,  # pylint: disable=protected-access
-      output_shapes=iterator._flat_output_shapes)  # pylint: disable=protected-access
-  return structure.from_compatible_tensor_list(iterator.element_spec, flat)
 
 
 def client_dataset(dataset: tf.data.Dataset, num_steps, num_epochs) -> tf.data.Dataset:

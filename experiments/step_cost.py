@@ -62,8 +62,7 @@ def _variants(task):
     g_k = [tf.zeros_like(w) for w in x_t.trainable]
     alpha_k = feddyn.client_alpha(dyn, lambda: tf.constant(200, tf.int64), 200.0)
     srv = list(x_t.trainable)
-    linear = feddyn.linear_term(g_k, srv, alpha_k)  # once per client, as FedDyn's
-    return lambda w, g: feddyn.local_gradient(dyn, g, w, srv, g_k, alpha_k, linear)
+    return lambda w, g: feddyn.local_gradient(dyn, g, w, srv, g_k, alpha_k)
 
   def scaffold_corr(x_t):
     c_i = [tf.zeros_like(w) for w in x_t.trainable]

@@ -251,7 +251,7 @@ def test_without_adaptive_alpha_the_client_trains_on_its_first_reshuffle():
   """alpha_k = alpha needs no n_k, so no counting pass runs before training: on
   a dataset reshuffled at every pass, the client's one epoch is the FIRST
   order. From g_k = 0 that epoch equals FedProx's with mu = alpha (same
-  arithmetic, g + (-alpha theta_t) + alpha theta), run on a fresh copy of the
+  arithmetic, g - 0 + alpha (theta - theta_t)), run on a fresh copy of the
   dataset; a counting pass would have left training the second order."""
   import tensorflow as tf
   import tensorflow_federated as tff
@@ -313,43 +313,3 @@ def test_weight_decay_form_adds_the_linear_term_formed_once():
   decay = np.float32(alpha_k + np.float32(0.01))
   np.testing.assert_array_equal(got[0], (g + linear[0].numpy()) + decay * w)
   assert np.any(g + -(g_k + alpha_k * srv) != (g - g_k) - alpha_k * srv)
-
-
-def test_default_form_adds_a_once_formed_constant_and_alpha_theta_in_two_ops():
-  """The text's step gradient g - g_k + alpha_k (theta - theta_{t-1}) formed as
-  one sum of g, -(g_k + alpha_k theta_{t-1}) (once per client) and
-  alpha_k theta: a product and one three-way sum a step (four ops before).
-  The same sum, within a few roundings of its terms' sizes; clipping still
-  sees all of it, weight decay comes after it."""
-  import tensorflow as tf
-  rng = np.random.default_rng(1)
-  g, g_k, srv, w = (rng.normal(size=1000).astype(np.float32) for _ in range(4))
-  alpha_k = np.float32(0.3)
-  text = g.astype(np.float64) - g_k + alpha_k * (w.astype(np.float64) - srv)
-  # |error| <= 4 roundings of the largest partial sum (float32 eps = 6e-8).
-  bound = 4 * 6e-8 * (np.abs(g) + np.abs(g_k) + alpha_k * (np.abs(srv) + np.abs(w)))
-
-  def gradient(config, traced):
-    fn = lambda: feddyn.local_gradient(config, [tf.constant(g)], [tf.constant(w)],
-                                       [tf.constant(srv)], [tf.constant(g_k)],
-                                       tf.constant(alpha_k))[0]
-    return (tf.function(fn)() if traced else fn()).numpy().astype(np.float64)
-
-  for traced in (False, True):
-    got = gradient(feddyn.FedDynConfig(), traced)
-    assert np.all(np.abs(got - text) <= bound)
-    assert np.any(got != (g - g_k) + alpha_k * (w - srv))  # not the text's order
-    decayed = gradient(feddyn.FedDynConfig(weight_decay=0.01), traced)
-    assert np.all(np.abs(decayed - (text + 0.01 * w)) <= bound + 6e-8 * 0.01 * np.abs(w))
-    clipped = gradient(feddyn.FedDynConfig(weight_decay=0.01, clip_norm=1.0), traced)
-    np.testing.assert_allclose(clipped, text / np.linalg.norm(text) + 0.01 * w,
-                               rtol=0, atol=1e-6)
-
-  linear = -(g_k + alpha_k * srv)
-  step = tf.function(lambda gg, ww: feddyn.local_gradient(
-      feddyn.FedDynConfig(), [gg], [ww], None, None, tf.constant(alpha_k),
-      [tf.constant(linear)]))
-  graph = step.get_concrete_function(tf.TensorSpec([1000]), tf.TensorSpec([1000])).graph
-  elementwise = sorted(op.type for op in graph.get_operations()
-                       if op.type not in ('Placeholder', 'Const', 'Identity', 'NoOp'))
-  assert elementwise == ['AddN', 'Mul']

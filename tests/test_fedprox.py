@@ -118,25 +118,3 @@ def test_fedprox_flags_validate_early():
               HParams(local_steps_decay=0.9)):
     with pytest.raises(ValueError):
       registry.check('fedprox', bad)
-
-
-def test_proximal_gradient_is_formed_in_two_ops_a_step():
-  """g + mu (theta - x_t) as one sum of g, -mu x_t (once per client) and
-  mu theta: a product and one three-way sum a step, not three ops; the same
-  sum within a few roundings of its terms' sizes."""
-  import tensorflow as tf
-  import tensorflow_federated as tff
-  rng = np.random.default_rng(0)
-  g, w, x = (rng.normal(size=1000).astype(np.float32) for _ in range(3))
-  mu = 0.5
-  x_t = tff.learning.models.ModelWeights(trainable=[tf.constant(x)], non_trainable=[])
-  correction_fn = fedprox.proximal_correction(mu)(x_t)
-  exact = g.astype(np.float64) + mu * (w.astype(np.float64) - x)
-  bound = 4 * 6e-8 * (np.abs(g) + mu * (np.abs(w) + np.abs(x)))
-  step = tf.function(lambda gg, ww: correction_fn([ww], [gg]))
-  for got in (correction_fn([tf.constant(w)], [tf.constant(g)])[0],
-              step(tf.constant(g), tf.constant(w))[0]):
-    assert np.all(np.abs(got.numpy().astype(np.float64) - exact) <= bound)
-  graph = step.get_concrete_function(tf.TensorSpec([1000]), tf.TensorSpec([1000])).graph
-  assert sorted(op.type for op in graph.get_operations()
-                if op.type not in ('Placeholder', 'Const', 'Identity', 'NoOp')) == ['AddN', 'Mul']

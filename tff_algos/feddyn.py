@@ -101,9 +101,9 @@ def _zeros(structure):
 
 
 def linear_term(g_k, server_weights, alpha_k):
-  """-(g_k + alpha_k theta_{t-1}): the constant part of the local gradient,
-  formed once per client (the weight-decay form's order is the reference
-  code's, `train_feddyn_mdl`: alpha * (local_grad_vector - avg_mdl_param))."""
+  """-(g_k + alpha_k theta_{t-1}): the weight-decay form's constant part of the
+  local gradient, formed once per client, as the reference code does
+  (`train_feddyn_mdl`: alpha * (local_grad_vector - avg_mdl_param))."""
   return [-(gk + alpha_k * s) for gk, s in zip(g_k, server_weights)]
 
 
@@ -111,31 +111,16 @@ def local_gradient(config: FedDynConfig, grads, weights, server_weights, g_k,
                    alpha_k, linear=None):
   """The local step's gradient: grad L_k - g_k + alpha_k (theta - theta_{t-1}).
 
-  Both forms add `linear` = `linear_term(g_k, theta_{t-1}, alpha_k)`, formed
-  once per client (here if not given; when given, `server_weights` and `g_k`
-  are not read).
-
-  Default form: one sum of grad L_k, `linear` and alpha_k theta (`tf.add_n`:
-  a product and one three-way sum a step, where the text's order took four
-  ops; TensorFlow picks the order of the sum). Clipping (`clip_norm`) sees
-  the whole gradient and `weight_decay` theta is added after it; without
-  clipping the decay joins the product. The same sum, rounded at the size of
-  `linear` (|g_k + alpha_k theta_{t-1}|) where the text's order subtracted
-  g_k from grad L_k first, exactly when the two are close, as at FedDyn's
-  fixed point (docs/performance.md, session 20).
-
-  `weight_decay_form`, in the reference code's order: clipping sees
-  grad L_k + `linear`, then (alpha_k + weight_decay) theta is added.
+  With `weight_decay_form`, grad L_k + `linear` (`linear_term`, formed once per
+  client if given), clipped, then (alpha_k + weight_decay) theta.
   """
-  if linear is None:
-    linear = linear_term(g_k, server_weights, alpha_k)
   if config.weight_decay_form:  # alpha_k theta joins the (unclipped) decay term
+    if linear is None:
+      linear = linear_term(g_k, server_weights, alpha_k)
     return local_training.clip_then_decay([g + c for g, c in zip(grads, linear)], weights,
                                           config.clip_norm, alpha_k + config.weight_decay)
-  if config.clip_norm is None:  # the decay joins alpha_k theta
-    decay = alpha_k + config.weight_decay if config.weight_decay else alpha_k
-    return [tf.add_n([g, c, decay * w]) for g, c, w in zip(grads, linear, weights)]
-  total = [tf.add_n([g, c, alpha_k * w]) for g, c, w in zip(grads, linear, weights)]
+  total = [g - gk + alpha_k * (w - s)
+           for g, gk, w, s in zip(grads, g_k, weights, server_weights)]
   return local_training.clip_then_decay(total, weights, config.clip_norm,
                                         config.weight_decay)
 
@@ -186,7 +171,8 @@ def stateful_fns(config: FedDynConfig) -> stateful_process.StatefulFns:
     alpha_k = client_alpha(config, lambda: local_training.count_examples(dataset),
                            mean_examples)
 
-    linear = linear_term(g_k, theta_srv, alpha_k)  # formed once per client
+    linear = (linear_term(g_k, theta_srv, alpha_k) if config.weight_decay_form
+              else None)
 
     def correction(weights, grads):
       return local_gradient(config, grads, weights, theta_srv, g_k, alpha_k, linear)
@@ -214,8 +200,7 @@ def build_feddyn(model_fn: Callable[[], tff.learning.models.VariableModel],
                  config: FedDynConfig = FedDynConfig(),
                  name: str = 'feddyn') -> FederatedAlgorithm:
   # Per parameter and step: SGD's 2 plus the gradient correction
-  # - g_k + alpha (theta - theta_srv): 4 more, paper 004 App. B's counting of
-  # the update's arithmetic (the default form now runs it as 2 ops).
+  # - g_k + alpha (theta - theta_srv): 4 more (paper 004 App. B's counting).
   return algorithm_lib.build_stateful_algorithm(
       name, model_fn, config.client_schedule(), stateful_fns(config),
       optimizer_flops_per_param=6.0,

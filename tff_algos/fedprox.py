@@ -85,14 +85,12 @@ class FedProxConfig:
 
 
 def proximal_correction(mu: float):
-  """x_t -> (theta, g) -> g + mu (theta - x_t), formed as g + (-mu x_t) + mu theta
-  with -mu x_t once per client: two passes over the model a step (a product and
-  one three-way sum), not three; FedDyn's order (`feddyn.local_gradient`)."""
+  """x_t -> (theta, g) -> g + mu (theta - x_t)."""
   def correction(initial_weights):
-    offset = [-mu * x for x in initial_weights.trainable]
+    x_t = list(initial_weights.trainable)
 
     def correction_fn(weights, grads):
-      return [tf.add_n([g, c, mu * w]) for g, c, w in zip(grads, offset, weights)]
+      return [g + mu * (w - x) for g, w, x in zip(grads, weights, x_t)]
     return correction_fn
   return correction
 

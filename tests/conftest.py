@@ -12,14 +12,16 @@ os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 from tff_algos import runtime  # noqa: E402
 
 
-def default_sigint():
-  """`preexec_fn` for children the tests interrupt: SIGINT as a terminal sends it.
-
-  A shell starts background jobs with SIGINT ignored, and children inherit
-  that; Python then never raises KeyboardInterrupt (seen: the suite run with
-  `&` from a script failed the SIGINT tests).
-  """
-  signal.signal(signal.SIGINT, signal.SIG_DFL)
+# SIGINT as a terminal sends it, for the children the tests interrupt. A shell
+# starts background jobs with SIGINT ignored and children inherit that; Python
+# then never raises KeyboardInterrupt (seen: the suite run with `&` from a
+# script failed the SIGINT tests). A handled signal is reset to its default
+# across exec, so setting it here is enough, with no `preexec_fn`: that makes
+# `subprocess` fork (not vfork) and run Python in a child of a process whose
+# gRPC threads may be busy -- gRPC then skips its fork handlers and the child
+# printed "Kick failed: eventfd_write: Bad file descriptor" (CI, 2026-11-28).
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+  signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def worker_pids_of(pid: int) -> list[int]:

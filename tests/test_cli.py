@@ -11,7 +11,7 @@ import numpy as np
 import psutil
 import pytest
 
-from conftest import default_sigint, wait_dead, worker_pids_of
+from conftest import wait_dead, worker_pids_of
 from tff_algos.core import crash_points
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -126,7 +126,7 @@ def test_killed_run_leaves_no_worker_and_resumes_to_the_same_model(
   env = dict(os.environ, PYTHONPATH=ROOT, **{crash_points.ENV: 'metrics_row:5:stop'})
   proc = subprocess.Popen(train_cmd(tmp_path, 'killed', rounds, f'--backend={backend}'),
                           cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          text=True, preexec_fn=default_sigint)
+                          text=True)
   _wait_stopped(proc)
   with open(tmp_path / 'killed' / 'metrics.csv') as f:
     assert sum(1 for _ in f) - 1 >= 5

@@ -14,7 +14,6 @@ import time
 
 import pytest
 
-from conftest import default_sigint
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BINARIES = sorted(os.path.basename(p)[:-3] for p in glob.glob(os.path.join(ROOT, 'experiments', '*.py'))
@@ -214,7 +213,7 @@ def test_a_signal_during_a_call_on_tffs_loop_thread_exits_cleanly(sig, status):
   # thread, and tearing the interpreter down under it crashed (SIGSEGV: -11).
   proc = subprocess.Popen([sys.executable, '-c', LONG_CALL], cwd=ROOT,
                           env=dict(os.environ, PYTHONPATH=ROOT), stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint)
+                          stderr=subprocess.PIPE, text=True)
   assert proc.stdout.readline().strip() == 'CALLING', proc.communicate()[1][-3000:]
   time.sleep(1.0)
   sent = time.monotonic()
@@ -247,7 +246,7 @@ SIGNALS_ON_THE_WAY_OUT = textwrap.dedent('''
 def test_more_signals_on_the_way_out_keep_the_line_and_print_no_traceback():
   proc = subprocess.run([sys.executable, '-c', SIGNALS_ON_THE_WAY_OUT], cwd=ROOT,
                         env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True, text=True,
-                        timeout=120, preexec_fn=default_sigint)
+                        timeout=120)
   lines = _stopped_lines(proc.stderr)
   assert lines == ['stopped after round 3; rerun the same command to resume'], proc.stderr
   assert proc.returncode == -signal.SIGINT  # ended as SIGINT ends a process (130 in a shell)
@@ -258,7 +257,7 @@ def _start(tmp_path, *extra):
       [sys.executable, '-m', 'experiments.train', *SMALL, '--total_rounds=400',
        '--rounds_per_checkpoint=1', f'--root_output_dir={tmp_path}', '--experiment_name=run',
        *extra], cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT), stdout=subprocess.PIPE,
-      stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint)
+      stderr=subprocess.PIPE, text=True)
 
 
 def _wait_for_rows(path, n, proc, timeout=300):

@@ -10,7 +10,7 @@ import time
 import psutil
 import pytest
 
-from conftest import default_sigint, wait_dead, worker_pids_of
+from conftest import wait_dead, worker_pids_of
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -44,7 +44,7 @@ def start(mode):
   env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL='3')
   proc = subprocess.Popen([sys.executable, '-c', SCRIPT, mode], cwd=ROOT, env=env,
                           stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint)
+                          stderr=subprocess.PIPE, text=True)
   line = proc.stdout.readline()
   while line and 'READY' not in line:
     line = proc.stdout.readline()

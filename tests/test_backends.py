@@ -1023,6 +1023,77 @@ def test_inprocess_a_call_interrupted_while_it_runs_on_the_loop_thread_keeps_the
     assert double(np.float32(4.0)) == 8.0  # the lock is free again
 
 
+@pytest.mark.filterwarnings('ignore:coroutine .* was never awaited:RuntimeWarning')  # scheduled=False
+@pytest.mark.parametrize('scheduled', [False, True])
+def test_inprocess_a_call_given_up_before_it_started_never_runs_and_frees_the_lock(
+    monkeypatch, scheduled):
+  """Ctrl-C while the call is handed to TFF's loop thread: either it never got
+  there (`scheduled=False`: the hand-over raised), or it waits there behind
+  other work and starts after the waiting thread gave up. Either way the lock
+  is free at once (it stayed held for ever when the hand-over raised), the
+  call never runs, and nothing is counted as running on the loop thread."""
+  import asyncio
+  import threading
+  import time
+  from tff_algos.runtime import inprocess
+  from tff_algos.runtime.inprocess import executor
+  ctx = inprocess.create_context()
+  monkeypatch.setattr(ctx, 'QUICK_CALL_SECONDS', 60.0)
+
+  @tff.tensorflow.computation(np.float32)
+  def double(x):
+    return x * 2.0
+
+  @tff.tensorflow.computation(np.float32)
+  def never(x):
+    return x + 1.0
+
+  calls = []
+  call = inprocess.InProcessContext._call
+
+  def recorded(self, comp, *args):
+    calls.append('never' if comp is never else 'double')
+    return call(self, comp, *args)
+  monkeypatch.setattr(inprocess.InProcessContext, '_call', recorded)
+  loop = asyncio.new_event_loop()
+  loop_thread = threading.Thread(target=loop.run_forever, daemon=True)
+  loop_thread.start()
+  busy = threading.Event()
+  handed = []
+
+  class Interrupted:
+    """The hand-over is interrupted before the coroutine was scheduled, or
+    after it was queued behind a callback that keeps the loop busy."""
+
+    def run_coro_and_return_result(self, coroutine):
+      if scheduled:
+        loop.call_soon_threadsafe(busy.wait, 60)
+        handed.append(asyncio.run_coroutine_threadsafe(coroutine, loop))
+      raise KeyboardInterrupt
+
+  with context_stack_impl.context_stack.install(ctx):
+    assert double(np.float32(1.0)) == 2.0
+    runner = ctx._async_runner._runner  # pylint: disable=protected-access
+    monkeypatch.setattr(ctx._async_runner, '_runner', Interrupted())  # pylint: disable=protected-access
+    with pytest.raises(KeyboardInterrupt):
+      never(np.float32(1.0))  # its first call: handed to the loop thread
+    assert executor.calls_on_loop_threads() == 0
+    monkeypatch.setattr(ctx._async_runner, '_runner', runner)  # pylint: disable=protected-access
+    results = []
+    second = threading.Thread(target=_in_context, args=(ctx, double, results), daemon=True)
+    second.start()
+    second.join(30)
+    assert results == [6.0]  # the lock was free
+    busy.set()
+    if scheduled:
+      assert handed[0].result(30) is None  # it ended without running the call
+    time.sleep(0.1)
+    assert calls == ['double', 'double']
+    assert executor.calls_on_loop_threads() == 0
+  loop.call_soon_threadsafe(loop.stop)
+  loop_thread.join(10)
+
+
 def _in_context(ctx, computation, results):
   with context_stack_impl.context_stack.install(ctx):
     results.append(computation(np.float32(3.0)))

@@ -230,26 +230,52 @@ def calls_on_loop_threads() -> int:
   return _calls_on_loop_threads
 
 
+def _count_calls_on_loop_threads(change: int) -> None:
+  global _calls_on_loop_threads
+  with _calls_lock:
+    _calls_on_loop_threads += change
+
+
 class _Handover:
-  """Who releases the context's lock after a call on the loop thread: the
-  waiting thread, or, when it stopped waiting (Ctrl-C), the loop thread once
-  the call is over."""
+  """A call handed to TFF's loop thread, and who releases the context's lock
+  after it: the waiting thread, or, when that thread stopped waiting (Ctrl-C)
+  while the call ran, the loop thread once the call is over. A call given up
+  before it started never starts (the waiting thread releases the lock): the
+  loop thread may never have got it (the hand-over itself was interrupted, or
+  the loop is closed), and a call that starts later would run beside the next.
+  Each step decides under one guard, and the call is counted
+  (`calls_on_loop_threads`) from the hand-over until it is over or given up.
+  """
 
   def __init__(self, lock: threading.Lock):
     self._lock, self._guard = lock, threading.Lock()
-    self._over = self._abandoned = False
+    self._state = 'handed'  # -> 'running' -> 'over', or 'handed' -> 'dropped'
+    self._abandoned = False
+    _count_calls_on_loop_threads(+1)
+
+  def start(self) -> bool:
+    """On the loop thread, before the call: False if it was given up."""
+    with self._guard:
+      if self._state == 'dropped':
+        return False
+      self._state = 'running'
+      return True
 
   def over(self) -> None:
     """On the loop thread, the call ended: release the lock if nobody waits."""
     with self._guard:
-      self._over = True
+      self._state = 'over'
+      _count_calls_on_loop_threads(-1)
       if self._abandoned:
         self._lock.release()
 
   def abandon(self) -> bool:
     """The waiting thread stops waiting: True if the loop thread will release."""
     with self._guard:
-      self._abandoned = not self._over
+      if self._state == 'handed':
+        self._state = 'dropped'
+        _count_calls_on_loop_threads(-1)
+      self._abandoned = self._state == 'running'
       return self._abandoned
 
 
@@ -276,24 +302,22 @@ class _CountingRunner:
     self._thread.handed_over = False
 
   def run_coro_and_return_result(self, coroutine):
-    global _calls_on_loop_threads
-    with _calls_lock:
-      _calls_on_loop_threads += 1
-    handover = _Handover(self._lock)
+    handover = None
     try:
+      handover = _Handover(self._lock)
       return self._runner.run_coro_and_return_result(self._counted(coroutine, handover))
     except BaseException:
-      self._thread.handed_over = handover.abandon()
+      self._thread.handed_over = handover is not None and handover.abandon()
       raise
 
   @staticmethod
   async def _counted(coroutine, handover: _Handover):
-    global _calls_on_loop_threads
+    if not handover.start():  # given up before it began: nobody waits for it
+      coroutine.close()
+      return None
     try:
       return await coroutine
-    finally:  # on the loop thread, once the call is over (never if it never started)
-      with _calls_lock:
-        _calls_on_loop_threads -= 1
+    finally:  # on the loop thread, once the call is over
       handover.over()
 
 
@@ -380,14 +404,12 @@ class InProcessContext(sync_execution_context.SyncExecutionContext):
     """Holds the lock for one call; released here unless a call on the loop
     thread that this thread stopped waiting for still runs (it releases it)."""
     self._lock.acquire()
-    self._async_runner.forget_handover()
     try:
+      self._async_runner.forget_handover()
       yield
-    except BaseException:
+    finally:
       if not self._async_runner.handed_over():
         self._lock.release()
-      raise
-    self._lock.release()
 
   def _call(self, comp, compiled, ingested, cardinalities, last_seconds: list):
     """One call (the caller holds the lock); its seconds go to `last_seconds`."""

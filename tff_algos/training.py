@@ -353,18 +353,17 @@ class _RoundLoop:
 
   def run(self, state, start_round: int):
     config, outputs = self.config, self.outputs
-    rounds = range(start_round, config.total_rounds)
-    if config.progress and len(rounds):
-      from tqdm import tqdm  # pylint: disable=g-import-not-at-top
-      self.bar = tqdm(total=config.total_rounds, initial=start_round, unit='round',
-                      desc=self.one_round.algorithm.name, dynamic_ncols=True)
-    if start_round:
-      print(f'resuming from round {start_round} (checkpoint in {config.output_dir})',
-            flush=True)
-    t_start = time.perf_counter()
     finished = checkpointed = start_round  # rounds fully written / checkpointed
-    dropped_streak = _DroppedStreak(config.max_rounds_all_dropped, _warner(self.bar))
-    try:
+    try:  # from here on, a stop still closes the outputs
+      if config.progress and start_round < config.total_rounds:
+        from tqdm import tqdm  # pylint: disable=g-import-not-at-top
+        self.bar = tqdm(total=config.total_rounds, initial=start_round, unit='round',
+                        desc=self.one_round.algorithm.name, dynamic_ncols=True)
+      if start_round:
+        print(f'resuming from round {start_round} (checkpoint in {config.output_dir})',
+              flush=True)
+      dropped_streak = _DroppedStreak(config.max_rounds_all_dropped, _warner(self.bar))
+      t_start = time.perf_counter()
       round_num = start_round
       while round_num < config.total_rounds:
         runtime.raise_if_interrupted()  # a SIGINT whose KeyboardInterrupt was swallowed

@@ -493,6 +493,23 @@ def test_a_changed_client_store_is_refused(runs, algorithms, task, tmp_path, dam
     resume(algorithms, task, 'feddyn', out)
 
 
+def test_a_refused_client_store_leaves_the_rows_past_the_checkpoint(
+    runs, algorithms, task, tmp_path):
+  """The store is checked before metrics.csv and TensorBoard drop the rows
+  past the checkpoint: a refusal changes neither (the rows went first)."""
+  out = damaged_copy(runs, 'feddyn', tmp_path)
+  path = out / 'metrics.csv'
+  lines = path.read_text().splitlines(keepends=True)
+  assert lines[-1].startswith('4,')  # died in round 5: checkpoint and rows at 4
+  lines.append('5' + lines[-1][1:])  # a row written past it, as before a crash
+  path.write_text(''.join(lines))
+  before = {p: p.read_bytes() for p in [path, *(out / 'tb').iterdir()]}
+  shutil.rmtree(out / 'client_state')
+  with pytest.raises(UserError, match=r'has no checkpoint of round 4'):
+    resume(algorithms, task, 'feddyn', out)
+  assert {p: p.read_bytes() for p in [path, *(out / 'tb').iterdir()]} == before
+
+
 # -- two runs in one directory --------------------------------------------------
 def test_a_second_run_in_the_same_directory_is_refused(runs, algorithms, task, tmp_path):
   out = damaged_copy(runs, 'fedavg', tmp_path)

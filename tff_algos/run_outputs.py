@@ -261,15 +261,25 @@ class RunOutputs:
 
   def resume(self, state, total_rounds: int) -> tuple[Any, int]:
     """(state, round) to start from: the newest intact checkpoint's, else
-    (`state`, 0). Opens the metrics outputs and continues the running totals:
-    from the checkpoint's manifest entry (metrics.csv may have lost rows),
-    else from the rows kept in metrics.csv."""
+    (`state`, 0). Changes nothing on disk: `open_rows` (after the client-state
+    store, which may still refuse the directory) drops the rows past it."""
     if not self.out_dir:
       return state, 0
     self.manifest = run_dir.Manifest(self.out_dir)
     state, start_round = _resume_point(self.state_manager, self._run, self.manifest,
                                        state, self.out_dir, total_rounds)
     self.resumed = self.manifest.entries.get(start_round)  # None: fresh, or older dir
+    csv_path = os.path.join(self.out_dir, 'metrics.csv')
+    if os.path.exists(csv_path):
+      run_dir.read_metrics_csv(csv_path)  # a bad line refused now, before any change
+    return state, start_round
+
+  def open_rows(self, start_round: int) -> None:
+    """Opens the metrics outputs at `start_round` (rows past it dropped) and
+    continues the running totals: from the checkpoint's manifest entry
+    (metrics.csv may have lost rows), else from the rows kept in metrics.csv."""
+    if not self.out_dir:
+      return
     self.csv = MetricsCSV(os.path.join(self.out_dir, 'metrics.csv'), start_round)
     self.kept_rows = self.csv.kept_rows
     self.tensorboard = _tensorboard(os.path.join(self.out_dir, 'tb'), start_round)
@@ -279,7 +289,6 @@ class RunOutputs:
       self.cumulative.totals.update(self.resumed['cumulative'])
       self.totals.update(self.resumed['totals'])
       _note_lost_rows(self.csv.path, self.kept_rows, start_round)
-    return state, start_round
 
   def open_store(self, initial_state, client_ids, start_round: int) -> None:
     """The run's client-state store at round `start_round` (temporary without

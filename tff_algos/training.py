@@ -211,6 +211,7 @@ def _run_training(algorithm: FederatedAlgorithm, task: Task, config: RunConfig,
     # store, rolled back to the checkpoint's round on resume.
     if algorithm.stateful_clients:
       outputs.open_store(initial_client_state, task.client_ids, start_round)
+    outputs.open_rows(start_round)  # after the last refusal: rows past the checkpoint go
     one_round = _RoundStep(algorithm, task, config, model_cost, outputs)
     loop = _RoundLoop(one_round, evaluate, outputs, config, round_callback)
   except BaseException:

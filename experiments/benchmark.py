@@ -346,23 +346,26 @@ def _fixed_ms_per_round(sgd, rounds: int) -> float:
 
 def _timed_run(module: str, args: list[str], out_root: str) -> float:
   """Wall seconds of `python -m module args` (a fresh process, as a user runs it)."""
+  return _launched_run(module, args, out_root)[0]
+
+
+def _launched_run(module: str, args: list[str], out_root: str) -> tuple[float, float]:
+  """(wall seconds, `time.time()` at launch) of `python -m module args`."""
   import subprocess
   import sys
   argv = [sys.executable, '-m', module, f'--root_output_dir={out_root}',
           '--noprogress', *args]
+  launched = time.time()
   started = time.perf_counter()
   proc = subprocess.run(argv, capture_output=True, text=True, check=False)
   seconds = time.perf_counter() - started
   if proc.returncode != 0:
     raise RuntimeError(f'{" ".join(argv[1:])} failed: {proc.stderr.strip()[-300:]}')
-  return seconds
+  return seconds, launched
 
 
-def _in_run_ms_per_round(run_dir: str, first: int, last: int) -> float:
-  """Milliseconds a round between rounds `first` and `last` of ONE run, from
-  the wall times of its TensorBoard rows (taken as each round ends): the
-  marginal cost without the start-up of two processes, whose spread (~1 s
-  between runs here) swamps a difference of a few hundred rounds."""
+def _row_walls(run_dir: str) -> dict[int, float]:
+  """{round: `time.time()` when its TensorBoard row was written} of one run."""
   import glob
   import os
   from tff_algos import run_outputs
@@ -371,13 +374,25 @@ def _in_run_ms_per_round(run_dir: str, first: int, last: int) -> float:
     for event in run_outputs._read_events(path):  # pylint: disable=protected-access
       if event.HasField('summary'):
         walls.setdefault(event.step, event.wall_time)
+  return walls
+
+
+def _in_run_ms_per_round(run_dir: str, first: int, last: int) -> float:
+  """Milliseconds a round between rounds `first` and `last` of ONE run, from
+  the wall times of its TensorBoard rows (taken as each round ends): the
+  marginal cost without the start-up of two processes, whose spread (~1 s
+  between runs here) swamps a difference of a few hundred rounds."""
+  walls = _row_walls(run_dir)
   return 1000 * (walls[last] - walls[first]) / (last - first)
 
 
 def _trainer_loop_costs(quick: bool) -> dict:
   """(h) the trainer end to end, as a user meets it: the marginal milliseconds of
   a trainer round on the quadratic toy (10 clients, K = 1) from runs of two
-  lengths, the start-up that the extrapolation to 0 rounds leaves, the same two
+  lengths, each less its own seconds from launch to its first round's row
+  (`trainer_seconds_to_first_round`: the start-ups' spread swamped the
+  difference, which read -0.7 to 5.5 ms in five runs of one session), the
+  start-up that the extrapolation to 0 rounds leaves, the same two
   with 10 rounds per TFF call, and how many runs of a 12-configuration grid of
   a small model finish per minute. `..._in_run` keys: the marginal cost inside
   the longer run (`_in_run_ms_per_round`), the finer measure."""
@@ -391,16 +406,25 @@ def _trainer_loop_costs(quick: bool) -> dict:
     def run_lengths(extra: list[str], name: str) -> tuple[float, float, dict, float]:
       """(marginal s a round, start-up s, {rounds: run seconds}, marginal ms a
       round inside the longer run) of the toy."""
-      seconds = {n: _timed_run('experiments.train', toy + extra + [
-          f'--total_rounds={n}', f'--experiment_name={name}{n}'], root) for n in (short, long)}
-      per_round = (seconds[long] - seconds[short]) / (long - short)
+      seconds, to_first = {}, {}
+      for n in (short, long):
+        seconds[n], launched = _launched_run('experiments.train', toy + extra + [
+            f'--total_rounds={n}', f'--experiment_name={name}{n}'], root)
+        walls = _row_walls(os.path.join(root, f'{name}{n}'))
+        to_first[n] = walls[min(walls)] - launched
+      # Each run's own seconds to its first round's row taken out: the two
+      # start-ups' spread (~1 s here) no longer lands in the difference, which
+      # keeps every per-round cost, the run's end and the process's exit.
+      per_round = ((seconds[long] - to_first[long]) - (seconds[short] - to_first[short])) / (
+          long - short)
       in_run = _in_run_ms_per_round(os.path.join(root, f'{name}{long}'), short, long)
       return (per_round, seconds[short] - short * per_round,
-              {str(n): t for n, t in seconds.items()}, in_run)
-    per_round, startup, runs, in_run = run_lengths([], 'toy')
+              {str(n): t for n, t in seconds.items()}, in_run,
+              {str(n): t for n, t in to_first.items()})
+    per_round, startup, runs, in_run, to_first = run_lengths([], 'toy')
     # The same with 10 rounds per TFF call (`--rounds_per_call`; same models).
-    chained_per_round, chained_startup, chained_runs, chained_in_run = run_lengths(
-        ['--rounds_per_call=10'], 'chained')
+    (chained_per_round, chained_startup, chained_runs, chained_in_run,
+     chained_to_first) = run_lengths(['--rounds_per_call=10'], 'chained')
     grid = 'client_learning_rate=0.3,0.1,0.03;local_steps=1,2,5,10'
     t_grid = _timed_run('experiments.grid', [
         '--task=digits', '--model=logistic', '--total_rounds=5', '--rounds_per_eval=5',
@@ -412,6 +436,8 @@ def _trainer_loop_costs(quick: bool) -> dict:
               startup_s_10_per_call=chained_startup,
               grid_runs_per_minute=12 * 60 / t_grid,
               trainer_run_seconds=runs, trainer_run_seconds_10_per_call=chained_runs,
+              trainer_seconds_to_first_round=to_first,
+              trainer_seconds_to_first_round_10_per_call=chained_to_first,
               grid_seconds=t_grid)
 
 

@@ -102,6 +102,14 @@ def test_benchmark_prints_the_ratio_json():
   chained = {int(n): t for n, t in js['trainer_run_seconds_10_per_call'].items()}
   assert js['startup_s_10_per_call'] + short * js['trainer_ms_per_round_10_per_call'] / 1000 \
       == pytest.approx(chained[short])
+  # The marginal round is the two runs' difference less their own seconds to
+  # their first round (each within its run).
+  for key, seconds, suffix in (('trainer_ms_per_round', runs, ''),
+                               ('trainer_ms_per_round_10_per_call', chained, '_10_per_call')):
+    to_first = {int(n): t for n, t in js[f'trainer_seconds_to_first_round{suffix}'].items()}
+    assert all(0 < to_first[n] < seconds[n] for n in (short, long)), suffix
+    assert js[key] * (long - short) / 1000 == pytest.approx(
+        (seconds[long] - to_first[long]) - (seconds[short] - to_first[short]))
   assert js['grid_runs_per_minute'] == pytest.approx(12 * 60 / js['grid_seconds'])
   # Inside one run a round costs something, and less than the run's average
   # round with its start-up.

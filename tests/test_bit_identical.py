@@ -41,7 +41,7 @@ from tensorflow_federated.python.core.impl.context_stack import context_stack_im
 
 from tasks import TaskOptions, get_task
 from tff_algos import registry, runtime, training
-from tff_algos.core import stateful_process
+from tff_algos.core import rounds, stateful_process
 from tff_algos.hparams import HParams
 
 RECORD = os.path.join(os.path.dirname(__file__), 'data', 'bit_identical_models.json')
@@ -149,7 +149,10 @@ def test_cpu_kind_names_the_model_and_avx512():
 
 @pytest.mark.parametrize('name', sorted(registry.ALGORITHMS))
 def test_model_after_three_rounds_is_bit_identical(name, task, context):
+  fallbacks = len(rounds.autograph_fallbacks)
   weights = final_model(name, task, context).trainable
+  # Its client code traced without AutoGraph (`rounds.run_client`).
+  assert rounds.autograph_fallbacks[fallbacks:] == [], name
   got, kind = digest(weights), cpu_kind()
   mode = os.environ.get('TFF_ALGOS_RECORD')
   if mode:

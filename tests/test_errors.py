@@ -252,6 +252,36 @@ def test_more_signals_on_the_way_out_keep_the_line_and_print_no_traceback():
   assert proc.returncode == -signal.SIGINT  # ended as SIGINT ends a process (130 in a shell)
 
 
+A_FINISHED_RUN = textwrap.dedent('''
+    import atexit, threading, time
+    from experiments import common
+
+    class TornDown:
+      def __del__(self):
+        print('torn down', flush=True)
+
+    kept = TornDown()  # module teardown would collect it
+
+    def main(argv):
+      import tensorflow  # a finished run that loaded TensorFlow: no teardown
+      atexit.register(lambda: print('atexit ran', flush=True))
+      threading.Thread(target=lambda: (time.sleep(0.5), print('thread done', flush=True))).start()
+      print('main done', flush=True)
+      return 0
+
+    common.run(main)
+''')
+
+
+def test_a_finished_run_exits_with_its_threads_and_exit_functions_but_no_teardown():
+  res = subprocess.run([sys.executable, '-c', A_FINISHED_RUN], cwd=ROOT,
+                       env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True, text=True,
+                       timeout=120)
+  assert res.returncode == 0, res.stderr[-3000:]
+  assert res.stdout.split('\n') == ['main done', 'thread done', 'atexit ran', ''], res.stdout
+  assert _stopped_lines(res.stderr) == [], res.stderr
+
+
 def _start(tmp_path, *extra):
   return subprocess.Popen(
       [sys.executable, '-m', 'experiments.train', *SMALL, '--total_rounds=400',

@@ -142,7 +142,7 @@ class MeanLossMetric:
   def local_variables(self):
     return [self._loss_sum, self._count]
 
-  @tf.function
+  @tf.function(autograph=False)
   def report_local_unfinalized_metrics(self):
     return collections.OrderedDict(loss=[self._loss_sum, self._count])
 
@@ -150,7 +150,7 @@ class MeanLossMetric:
     return collections.OrderedDict(
         loss=tf.function(lambda v: tf.math.divide_no_nan(v[0], v[1])))
 
-  @tf.function
+  @tf.function(autograph=False)
   def reset_metrics(self):
     self._loss_sum.assign(0.0)
     self._count.assign(0.0)

@@ -218,12 +218,12 @@ class LogisticRegression(base.PlainModel):
     self._input_spec = collections.OrderedDict(
         x=tf.TensorSpec([None, num_features], tf.float32), y=tf.TensorSpec([None], tf.int32))
 
-  @tf.function
+  @tf.function(autograph=False)
   def predict_on_batch(self, x, training=True):
     del training
     return tf.sigmoid(tf.linalg.matvec(tf.cast(x, self._dtype), self._w))
 
-  @tf.function
+  @tf.function(autograph=False)
   def forward_pass(self, batch_input, training=True):
     del training
     logits = tf.linalg.matvec(tf.cast(batch_input['x'], self._dtype), self._w)
@@ -239,7 +239,7 @@ class LogisticRegression(base.PlainModel):
     return tff.learning.models.BatchOutput(
         loss=loss, predictions=tf.sigmoid(logits), num_examples=n)
 
-  @tf.function
+  @tf.function(autograph=False)
   def report_local_unfinalized_metrics(self):
     return collections.OrderedDict(
         loss=[self._loss_sum, self._count],
@@ -251,7 +251,7 @@ class LogisticRegression(base.PlainModel):
     return collections.OrderedDict(loss=ratio, binary_accuracy=ratio,
                                    num_examples=tf.function(tf.identity))
 
-  @tf.function
+  @tf.function(autograph=False)
   def reset_metrics(self):
     for v in self.local_variables:
       v.assign(tf.zeros_like(v))

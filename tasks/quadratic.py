@@ -76,12 +76,12 @@ class QuadraticModel(base.MeanLossMetric, tff.learning.models.VariableModel):
     return collections.OrderedDict(
         z=tf.TensorSpec([None, self._num_runs], tf.float32))
 
-  @tf.function
+  @tf.function(autograph=False)
   def predict_on_batch(self, x, training=True):
     del training
     return x * self._x  # z * x: the gradient's data term
 
-  @tf.function
+  @tf.function(autograph=False)
   def forward_pass(self, batch_input, training=True):
     z = batch_input['z']
     per_run = 0.5 * z * tf.square(self._x) - self._x      # [B, S]
@@ -218,12 +218,12 @@ class QuadraticFormModel(base.MeanLossMetric, tff.learning.models.VariableModel)
         A=tf.TensorSpec([None, self._dim, self._dim], tf.float32),
         c=tf.TensorSpec([None, self._dim], tf.float32))
 
-  @tf.function
+  @tf.function(autograph=False)
   def predict_on_batch(self, x, training=True):
     del training
     return x
 
-  @tf.function
+  @tf.function(autograph=False)
   def forward_pass(self, batch_input, training=True):
     r = self._x[None, :] - batch_input['c']                        # [B, d]
     per = 0.5 * tf.einsum('bi,bij,bj->b', r, batch_input['A'], r)  # [B]

@@ -51,7 +51,7 @@ class StackedLogisticModel(base.MeanLossMetric, tff.learning.models.VariableMode
         x=tf.TensorSpec([None] + groups + [self._dim], tf.float32),
         y=tf.TensorSpec([None] + groups, tf.int32))
 
-  @tf.function
+  @tf.function(autograph=False)
   def predict_on_batch(self, x, training=True):
     del training
     if self._groups == 1:
@@ -69,7 +69,7 @@ class StackedLogisticModel(base.MeanLossMetric, tff.learning.models.VariableMode
     shape = tf.stack([self._groups, self._lanes // self._groups, tf.shape(y)[0]])
     return tf.reshape(tf.broadcast_to(per_group, shape), tf.shape(logits)[:2])
 
-  @tf.function
+  @tf.function(autograph=False)
   def forward_pass(self, batch_input, training=True):
     logits = self.predict_on_batch(batch_input['x'])
     labels = self._labels(batch_input['y'], logits)

@@ -189,3 +189,42 @@ def test_resume_with_different_settings_is_refused(task, algorithm, tmp_path):
     training.run_training(algorithm, task, config(out, rounds=4), identity={'lr': 0.2})
   with pytest.raises(UserError, match='differs in: seed'):
     training.run_training(algorithm, task, config(out, rounds=4, seed=5), identity={'lr': 0.1})
+
+
+def test_initial_weights_are_drawn_once_per_model_and_seed(task, monkeypatch):
+  """Re-seeding TensorFlow clears its kernel cache (every function of the next
+  round instantiated again), so a process draws a (model, seed)'s weights once:
+  a later call gives the same weights and leaves Python's and numpy's random
+  states as the draw did; with a seeded stateful random op imported, every
+  call draws again."""
+  import random
+  import tensorflow as tf
+  from tff_algos.runtime.inprocess import graph_import
+  monkeypatch.setattr(training, '_INITIAL_WEIGHTS', {})
+  seeds = []
+  real = tf.keras.utils.set_random_seed
+  monkeypatch.setattr(tf.keras.utils, 'set_random_seed', lambda s: (seeds.append(s), real(s)))
+
+  def draw(seed):
+    w = training.initial_model_weights(task, seed)
+    return list(w.trainable), (random.random(), np.random.random())
+
+  first, after_first = draw(3)
+  drawn = [np.array(a) for a in first]
+  other, _ = draw(4)
+  first[0] += 1.0  # a caller's change does not reach the kept weights
+  kept, after_kept = draw(3)
+  assert seeds == [3, 4]
+  assert after_kept == after_first
+  for a, b in zip(kept, drawn):
+    np.testing.assert_array_equal(a, b)
+  assert not np.array_equal(kept[0], other[0])
+  training._INITIAL_WEIGHTS.clear()
+  fresh, after_fresh = draw(3)
+  assert seeds == [3, 4, 3]
+  for a, b in zip(kept, fresh):
+    np.testing.assert_array_equal(a, b)
+  assert after_fresh == after_first
+  monkeypatch.setattr(graph_import, 'seeded_random_imported', True)
+  draw(3)
+  assert seeds == [3, 4, 3, 3]

@@ -116,8 +116,16 @@ class GraphImport:
       self.compute, self.initialize = compute, initialize
 
 
+# Whether this process imported a computation with a seeded stateful random op (`training.initial_model_weights` then re-seeds TensorFlow for
+# every run: the kernel cache it clears restarts those ops' streams).
+seeded_random_imported = False
+
+
 def seeded_random_results(tf_proto) -> bool:
   """Whether a seeded stateful random op can reach the computation's results."""
-  return graph_surgery.has_seeded_random_results(
+  global seeded_random_imported
+  seeded = graph_surgery.has_seeded_random_results(
       serialization_utils.unpack_graph_def(tf_proto.graph_def),
       tensorflow_utils.extract_tensor_names_from_binding(tf_proto.result))
+  seeded_random_imported = seeded_random_imported or seeded
+  return seeded

@@ -102,11 +102,12 @@ class TensorFlowFunction:
     # Seeded stateful random ops (e.g. `Dropout(rate, seed=...)`) continue one
     # stream per import across calls: with lanes, clients would draw other
     # numbers. Such client training gets one lane per device (only computations
-    # taking datasets get lanes, so only theirs are scanned). (Unseeded ones, as
+    # taking datasets get lanes). (Unseeded ones, as
     # Keras Dropout in TFF's graphs even after `set_random_seed`, draw fresh
     # numbers per kernel whatever the lanes.)
-    self.seeded_random = self.takes_datasets and graph_import.seeded_random_results(
-        self._tf_proto)
+    # Scanned for every computation: `graph_import.seeded_random_imported`.
+    self.seeded_random = (graph_import.seeded_random_results(self._tf_proto)
+                          and self.takes_datasets)
     first = graph_import.GraphImport(self._tf_proto, host_datasets)
     self.imports = [first]  # one per lane
     self._serialized, self._dtypes, self._token = first.serialized, first.dtypes, first.token

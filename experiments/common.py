@@ -131,8 +131,11 @@ def _exit_without_teardown(code: int) -> None:
     return
   shutdown()
   atexit._run_exitfuncs()  # pylint: disable=protected-access
-  sys.stdout.flush()
-  sys.stderr.flush()
+  for stream in (sys.stdout, sys.stderr):
+    try:
+      stream.flush()
+    except (OSError, ValueError):  # a closed pipe (`| head`): nothing left to say
+      pass
   os._exit(code)
 
 

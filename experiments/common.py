@@ -7,6 +7,10 @@ Every binary ends with `common.run(main)` instead of `app.run(main)`:
   one ``error: <message>`` line and exit with status 2, without a traceback;
 * Ctrl-C (SIGINT) and SIGTERM print one line saying where the run stopped and
   that the same command resumes it (exit status 130 / 143);
+* a closed output pipe (``| head``) ends the binary as SIGPIPE would (status
+  141) with one line on stderr, not a ``BrokenPipeError`` traceback;
+* a finished run that loaded TensorFlow ends without the interpreter's
+  teardown (`_exit_without_teardown`);
 * TFF's import-time default context is released before the interpreter tears
   its modules down, so its ``ServiceManager.__del__`` prints nothing at exit.
 """
@@ -96,6 +100,17 @@ def guarded(main):
       return main(argv)
     except UserError as e:
       return fail(e)
+    except BrokenPipeError:
+      # stdout's reader went away (`| head`): end as SIGPIPE ends a process,
+      # with one line instead of a traceback (the run's files are closed).
+      devnull = os.open(os.devnull, os.O_WRONLY)
+      os.dup2(devnull, sys.stdout.fileno())  # so that no later flush fails
+      try:
+        print('stopped: the output pipe was closed; rerun the same command to resume',
+              file=sys.stderr)
+      except OSError:
+        pass
+      return 128 + signal.SIGPIPE
     except KeyboardInterrupt as e:
       # The run has stopped: another Ctrl-C or SIGTERM ends the process as
       # the signal does by default, without a traceback of the way out.

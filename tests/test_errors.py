@@ -282,6 +282,32 @@ def test_a_finished_run_exits_with_its_threads_and_exit_functions_but_no_teardow
   assert _stopped_lines(res.stderr) == [], res.stderr
 
 
+A_CLOSED_PIPE = textwrap.dedent('''
+    from experiments import common
+
+    def main(argv):
+      for _ in range(100000):
+        print('a row of the run', flush=True)  # its reader stops after one line
+      return 0
+
+    common.run(main)
+''')
+
+
+def test_a_closed_output_pipe_ends_the_run_with_one_line():
+  """`train ... | head`: the reader goes away; the binary ends as SIGPIPE ends
+  a process (status 141), saying so in one line, without a traceback."""
+  proc = subprocess.Popen([sys.executable, '-c', A_CLOSED_PIPE], cwd=ROOT,
+                          env=dict(os.environ, PYTHONPATH=ROOT), stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True)
+  assert proc.stdout.readline() == 'a row of the run\n'
+  proc.stdout.close()
+  err = proc.stderr.read()
+  assert proc.wait(timeout=60) == 128 + signal.SIGPIPE, err
+  assert _stopped_lines(err) == [
+      'stopped: the output pipe was closed; rerun the same command to resume'], err
+
+
 def _start(tmp_path, *extra):
   return subprocess.Popen(
       [sys.executable, '-m', 'experiments.train', *SMALL, '--total_rounds=400',

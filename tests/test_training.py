@@ -201,6 +201,8 @@ def test_initial_weights_are_drawn_once_per_model_and_seed(task, monkeypatch):
   import tensorflow as tf
   from tff_algos.runtime.inprocess import graph_import
   monkeypatch.setattr(training, '_INITIAL_WEIGHTS', {})
+  # (Earlier tests of this process may have imported a seeded random op.)
+  monkeypatch.setattr(graph_import, 'seeded_random_imported', False)
   seeds = []
   real = tf.keras.utils.set_random_seed
   monkeypatch.setattr(tf.keras.utils, 'set_random_seed', lambda s: (seeds.append(s), real(s)))

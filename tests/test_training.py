@@ -193,12 +193,13 @@ def test_resume_with_different_settings_is_refused(task, algorithm, tmp_path):
 
 def test_initial_weights_are_drawn_once_per_model_and_seed(task, monkeypatch):
   """Re-seeding TensorFlow clears its kernel cache (every function of the next
-  round instantiated again), so a process draws a (model, seed)'s weights once:
-  a later call gives the same weights and leaves Python's and numpy's random
-  states as the draw did; with a seeded stateful random op imported, every
-  call draws again."""
+  round instantiated again), so runs of one seed in a row draw the weights
+  once: a later call gives the same weights and leaves Python's, numpy's and
+  TensorFlow's seeds as the draw did. Another seed in between, or a seeded
+  stateful random op imported, re-seeds and draws again."""
   import random
   import tensorflow as tf
+  from tensorflow.python.eager import context
   from tff_algos.runtime.inprocess import graph_import
   monkeypatch.setattr(training, '_INITIAL_WEIGHTS', {})
   # (Earlier tests of this process may have imported a seeded random op.)
@@ -209,24 +210,23 @@ def test_initial_weights_are_drawn_once_per_model_and_seed(task, monkeypatch):
 
   def draw(seed):
     w = training.initial_model_weights(task, seed)
-    return list(w.trainable), (random.random(), np.random.random())
+    shuffled = list(tf.data.Dataset.range(8).shuffle(8, seed=7).as_numpy_iterator())
+    return list(w.trainable), (random.random(), np.random.random(), shuffled)
 
   first, after_first = draw(3)
   drawn = [np.array(a) for a in first]
-  other, _ = draw(4)
   first[0] += 1.0  # a caller's change does not reach the kept weights
   kept, after_kept = draw(3)
-  assert seeds == [3, 4]
+  assert seeds == [3] and context.global_seed() == 3
   assert after_kept == after_first
   for a, b in zip(kept, drawn):
     np.testing.assert_array_equal(a, b)
-  assert not np.array_equal(kept[0], other[0])
-  training._INITIAL_WEIGHTS.clear()
-  fresh, after_fresh = draw(3)
-  assert seeds == [3, 4, 3]
-  for a, b in zip(kept, fresh):
+  other, after_other = draw(4)
+  assert not np.array_equal(other[0], drawn[0]) and after_other[2] != after_first[2]
+  again, after_again = draw(3)  # the global seed is 4's: drawn again
+  assert seeds == [3, 4, 3] and after_again == after_first
+  for a, b in zip(again, drawn):
     np.testing.assert_array_equal(a, b)
-  assert after_fresh == after_first
   monkeypatch.setattr(graph_import, 'seeded_random_imported', True)
   draw(3)
   assert seeds == [3, 4, 3, 3]

@@ -156,13 +156,20 @@ def initial_model_weights(task: Task, seed: int) -> tff.learning.models.ModelWei
   and numpy's random states as the draw left them, which a later call
   restores. Re-seeding TensorFlow clears its kernel cache, so the next round
   instantiated every function of the round again: 0.4-0.7 s of each run of the
-  benchmark's 12-run grid (~0.9 s a run). Where this process imported a TFF
+  benchmark's 12-run grid (~0.9 s a run). A draw is reused only while
+  TensorFlow's global seed is still `seed` (runs of one seed in a row; another
+  seed in between re-seeds, as a client's shuffle combines its seed with the
+  global one). Where this process imported a TFF
   computation with a seeded stateful random op (in-process backend), every call
   draws again: the cleared cache restarts those ops' streams, as a separate run
   starts them.
   """
+  from tensorflow.python.eager import context  # pylint: disable=g-import-not-at-top
   graph_import = sys.modules.get('tff_algos.runtime.inprocess.graph_import')
-  reseed = graph_import is not None and graph_import.seeded_random_imported
+  reseed = (graph_import is not None and graph_import.seeded_random_imported
+            # The run's seeded ops (a client's shuffle) combine their seeds with
+            # TF's global seed: a draw is reused only while it is still `seed`.
+            or context.global_seed() != seed)
   kept = _INITIAL_WEIGHTS.get((id(task.model_fn), seed))
   if kept is None or kept[0] is not task.model_fn or reseed:
     tf.keras.utils.set_random_seed(seed)

@@ -104,12 +104,19 @@ def test_a_non_finite_new_state_drops_the_client():
   assert float(kept.weight) == 0.0
 
 
-def _client_sum(branch_in_python: bool):
+def _client_sum(python: str):
   """A client function summing its dataset into its model's weight (shifted by
-  one if positive): with a Python `if` on a tensor, or with `tf.cond`."""
+  one if positive): in plain TensorFlow (`python=''`), or with a Python `if`
+  on a tensor ('if') or a Python loop over the dataset ('for'), which need
+  AutoGraph."""
   def client_fn(model, dataset):
-    total = local_training.fold(dataset, tf.constant(0.0), lambda acc, x: acc + x)
-    if branch_in_python:
+    if python == 'for':
+      total = tf.constant(0.0)
+      for x in dataset:  # needs AutoGraph
+        total += x
+    else:
+      total = local_training.fold(dataset, tf.constant(0.0), lambda acc, x: acc + x)
+    if python == 'if':
       if total > 0:  # needs AutoGraph
         total += 1.0
     else:
@@ -121,19 +128,21 @@ def _client_sum(branch_in_python: bool):
 
 def test_a_client_function_is_traced_without_autograph_unless_it_needs_it():
   """The library's client functions run without AutoGraph (it cost ~1 s of
-  each build); one that branches on a tensor in Python is traced again with
-  it and gives the same result."""
+  each build); one that needs it (a Python `if` on a tensor, a Python loop over
+  its dataset) is traced again with it and gives the same result."""
   problem = Problem(num_clients=1, n=4, dim=2)
   results = {}
-  for python_if in (False, True):
-    client_fn = _client_sum(python_if)
+  for python in ('', 'if', 'for'):
+    client_fn = _client_sum(python)
     before = len(rounds.autograph_fallbacks)  # traced where it is defined
 
     @tff.tensorflow.computation(tff.SequenceType(np.float32))
     def client(dataset):
       return rounds.run_client(problem.model_fn, client_fn, dataset)  # pylint: disable=cell-var-from-loop
-    results[python_if] = [client([1.0, 2.0, 0.5]), client([-1.0])]
-    results[python_if, 'fallbacks'] = len(rounds.autograph_fallbacks) - before
-  np.testing.assert_allclose(results[False], [[4.5, 0.0], [-1.0, 0.0]])
-  np.testing.assert_allclose(results[True], results[False])
-  assert results[False, 'fallbacks'] == 0 and results[True, 'fallbacks'] == 1
+    results[python] = [client([1.0, 2.0, 0.5]), client([-1.0])]
+    results[python, 'fallbacks'] = len(rounds.autograph_fallbacks) - before
+  np.testing.assert_allclose(results[''], [[4.5, 0.0], [-1.0, 0.0]])
+  for python in ('if', 'for'):
+    np.testing.assert_allclose(results[python], results[''])
+    assert results[python, 'fallbacks'] == 1, python
+  assert results['', 'fallbacks'] == 0

@@ -63,9 +63,10 @@ def run_client(model_fn, client_fn: Callable[..., Any], *args):
   Traced without AutoGraph: it converted every function a client calls (the
   local loop, the optimiser, the model), ~1.1 of a FedAvg build's 2.1 s on the
   quadratic toy, and the library's client code needs none of it (`tf.cond`,
-  `local_training.fold`). A client function that branches on a tensor in
-  Python (`if finite:`) is traced again with AutoGraph, with a warning
-  (`autograph_fallbacks` counts them).
+  `local_training.fold`). A client function whose trace fails without it (a
+  Python `if` on a tensor, `for batch in dataset`, `range(tensor)`) is traced
+  again with AutoGraph, with a warning (`autograph_fallbacks` counts them); if
+  that fails too, its error is raised.
   """
   model = model_fn()
 
@@ -73,12 +74,14 @@ def run_client(model_fn, client_fn: Callable[..., Any], *args):
     return client_fn(model, *args)
   try:
     return tf.function(train, autograph=False)(*args)
-  except tf.errors.OperatorNotAllowedInGraphError as e:
-    autograph_fallbacks.append(getattr(client_fn, '__qualname__', repr(client_fn)))
-    logging.warning('%s uses a tensor as a Python bool; its client function is traced '
-                    'with AutoGraph (~1 s more to build). tf.cond avoids that. (%s)',
-                    autograph_fallbacks[-1], str(e).splitlines()[0][:120])
-    return tf.function(train, autograph=True)(*args)
+  except Exception as e:  # pylint: disable=broad-except
+    first_error = e
+  autograph_fallbacks.append(getattr(client_fn, '__qualname__', repr(client_fn)))
+  logging.warning('%s could not be traced without AutoGraph (%s: %s); it is traced with '
+                  'AutoGraph (~1 s more to build); tf.cond and local_training.fold '
+                  'avoid that.', autograph_fallbacks[-1], type(first_error).__name__,
+                  str(first_error).splitlines()[0][:120] if str(first_error) else '')
+  return tf.function(train, autograph=True)(*args)
 
 
 autograph_fallbacks: list[str] = []  # client functions that needed AutoGraph

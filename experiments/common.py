@@ -101,6 +101,8 @@ def guarded(main):
     except UserError as e:
       return fail(e)
     except BrokenPipeError:
+      if not _stdout_closed():
+        raise  # another pipe (a worker's): its traceback says which
       # stdout's reader went away (`| head`): end as SIGPIPE ends a process,
       # with one line instead of a traceback (the run's files are closed).
       devnull = os.open(os.devnull, os.O_WRONLY)
@@ -120,6 +122,17 @@ def guarded(main):
       print(stop_message(e), file=sys.stderr)
       return 128 + (signal.SIGTERM if _terminated else signal.SIGINT)
   return wrapped
+
+
+def _stdout_closed() -> bool:
+  """Whether stdout is a pipe whose reader went away (poll: POLLERR)."""
+  import select  # pylint: disable=g-import-not-at-top
+  try:
+    poller = select.poll()
+    poller.register(sys.stdout.fileno(), select.POLLOUT)
+    return any(events & select.POLLERR for _, events in poller.poll(0))
+  except (OSError, ValueError, AttributeError):
+    return False
 
 
 def _computation_still_running() -> bool:
@@ -149,13 +162,19 @@ def _exit_without_teardown(code: int) -> None:
   for stream in (sys.stdout, sys.stderr):
     try:
       stream.flush()
-    except (OSError, ValueError):  # a closed pipe (`| head`): nothing left to say
+    except (BrokenPipeError, ValueError):  # a closed pipe (`| head`): nothing to say
       pass
+    except OSError:  # e.g. a full disk under `> file`: as Python's own exit does
+      code = 120
   os._exit(code)
 
 
 def run(main):
-  """`app.run(main)` for an experiment binary (see the module docstring)."""
+  """`app.run(main)` for an experiment binary (see the module docstring).
+
+  After a finished run that loaded TensorFlow it does not return: the process
+  ends there (`_exit_without_teardown`), so code after it, or a caller's
+  `finally`, does not run; `atexit` functions do."""
   try:
     app.run(guarded(main), flags_parser=_parse_flags)
   except SystemExit as e:

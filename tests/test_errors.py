@@ -389,3 +389,26 @@ def test_training_table_says_which_columns_are_per_round_and_which_cumulative():
                               'cum_client_steps', 'cum_upload_MB', 'round_time_s']
   assert lines[3].split() == ['2', '0.5000', '0.2000', '10', '4.0000', '0.5000']
   assert lines[-1].startswith('round_*: that round alone') and 'cum_*: rounds 1 to' in lines[-1]
+
+
+ANOTHER_BROKEN_PIPE = textwrap.dedent('''
+    import os
+    from experiments import common
+
+    def main(argv):
+      r, w = os.pipe()
+      os.close(r)  # a worker's pipe, say: stdout is fine
+      os.write(w, b'x')
+      return 0
+
+    common.run(main)
+''')
+
+
+def test_a_broken_pipe_that_is_not_stdout_keeps_its_traceback():
+  res = subprocess.run([sys.executable, '-c', ANOTHER_BROKEN_PIPE], cwd=ROOT,
+                       env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True, text=True,
+                       timeout=120)
+  assert res.returncode == 1 and 'BrokenPipeError' in res.stderr, res.stderr
+  assert 'Traceback' in res.stderr
+  assert 'output pipe was closed' not in res.stderr

@@ -230,3 +230,23 @@ def test_initial_weights_are_drawn_once_per_model_and_seed(task, monkeypatch):
   monkeypatch.setattr(graph_import, 'seeded_random_imported', True)
   draw(3)
   assert seeds == [3, 4, 3, 3]
+
+
+def test_a_progress_bar_on_a_closed_pipe_still_lets_the_outputs_close():
+  """`train ... 2>&1 | head`: tqdm's close raises on the closed pipe; the
+  run's outputs (rows not yet written, TensorBoard, the client store) close
+  anyway."""
+  closed = []
+
+  class Bar:
+    def close(self):
+      raise BrokenPipeError(32, 'Broken pipe')
+
+  class Outputs:
+    def close(self):
+      closed.append(True)
+
+  loop = training._RoundLoop.__new__(training._RoundLoop)  # pylint: disable=protected-access
+  loop.bar, loop.outputs = Bar(), Outputs()
+  loop._close()  # pylint: disable=protected-access
+  assert closed == [True]

@@ -463,9 +463,13 @@ class _RoundLoop:
     self.bar.set_postfix({k: f'{v:.4g}' for k, v in post.items() if v is not None})
 
   def _close(self) -> None:
-    if self.bar is not None:
-      self.bar.close()
-    self.outputs.close()
+    try:
+      if self.bar is not None:
+        self.bar.close()
+    except (OSError, ValueError):  # its stream is a closed pipe (`2>&1 | head`)
+      pass
+    finally:
+      self.outputs.close()
 
 
 def _summary(algorithm: FederatedAlgorithm, task: Task, config: RunConfig,

@@ -28,6 +28,12 @@ def run(args, timeout=600, **kwargs):
                         **kwargs)
 
 
+def run_code(code: str, timeout=120):
+  """`python -c code` from the repository root, as `run` runs a module."""
+  return subprocess.run([sys.executable, '-c', code], cwd=ROOT, capture_output=True,
+                        text=True, timeout=timeout, env=dict(os.environ, PYTHONPATH=ROOT))
+
+
 def assert_one_error_line(res, *fragments):
   """Exit 2, exactly one stderr line starting 'error:', no traceback / TFF noise."""
   assert res.returncode == 2, res.stderr[-3000:]
@@ -101,8 +107,7 @@ def test_a_bad_flag_value_is_answered_before_tensorflow_loads(tmp_path, flag, fr
           'from experiments import common, train\n'
           'try:\n  common.run(train.main)\n'
           'finally:\n  print("TF loaded:", "tensorflow" in sys.modules)\n')
-  res = subprocess.run([sys.executable, '-c', code], cwd=ROOT, capture_output=True, text=True,
-                       env=dict(os.environ, PYTHONPATH=ROOT), timeout=120)
+  res = run_code(code)
   assert_one_error_line(res, fragment)
   assert 'TF loaded: False' in res.stdout
 
@@ -244,9 +249,7 @@ SIGNALS_ON_THE_WAY_OUT = textwrap.dedent('''
 
 
 def test_more_signals_on_the_way_out_keep_the_line_and_print_no_traceback():
-  proc = subprocess.run([sys.executable, '-c', SIGNALS_ON_THE_WAY_OUT], cwd=ROOT,
-                        env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True, text=True,
-                        timeout=120)
+  proc = run_code(SIGNALS_ON_THE_WAY_OUT)
   lines = _stopped_lines(proc.stderr)
   assert lines == ['stopped after round 3; rerun the same command to resume'], proc.stderr
   assert proc.returncode == -signal.SIGINT  # ended as SIGINT ends a process (130 in a shell)
@@ -274,9 +277,7 @@ A_FINISHED_RUN = textwrap.dedent('''
 
 
 def test_a_finished_run_exits_with_its_threads_and_exit_functions_but_no_teardown():
-  res = subprocess.run([sys.executable, '-c', A_FINISHED_RUN], cwd=ROOT,
-                       env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True, text=True,
-                       timeout=120)
+  res = run_code(A_FINISHED_RUN)
   assert res.returncode == 0, res.stderr[-3000:]
   assert res.stdout.split('\n') == ['main done', 'thread done', 'atexit ran', ''], res.stdout
   assert _stopped_lines(res.stderr) == [], res.stderr
@@ -406,9 +407,7 @@ ANOTHER_BROKEN_PIPE = textwrap.dedent('''
 
 
 def test_a_broken_pipe_that_is_not_stdout_keeps_its_traceback():
-  res = subprocess.run([sys.executable, '-c', ANOTHER_BROKEN_PIPE], cwd=ROOT,
-                       env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True, text=True,
-                       timeout=120)
+  res = run_code(ANOTHER_BROKEN_PIPE)
   assert res.returncode == 1 and 'BrokenPipeError' in res.stderr, res.stderr
   assert 'Traceback' in res.stderr
   assert 'output pipe was closed' not in res.stderr

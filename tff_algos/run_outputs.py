@@ -57,12 +57,14 @@ FLUSH_SECONDS = 5.0
 class MetricsCSV:
   """Append-only per-round CSV keyed by 'round', truncated once on resume."""
 
-  def __init__(self, path: str, resume_round: int):
+  def __init__(self, path: str, resume_round: int, read: Optional[tuple] = None):
+    """`read`: `run_dir.read_metrics_csv(path)`'s result if the caller has it."""
     self.path = path
     self.fields: list[str] = []
     rows = []
-    if os.path.exists(path):
-      self.fields, all_rows = run_dir.read_metrics_csv(path)  # UserError: a bad line
+    if read is not None or os.path.exists(path):
+      # UserError: a bad line
+      self.fields, all_rows = read if read is not None else run_dir.read_metrics_csv(path)
       rows = [r for r in all_rows if float(r['round']) <= resume_round]
       self._rewrite(rows)  # also mends a last line cut short by a crash
     self.kept_rows = [{k: _parse_cell(v) for k, v in r.items() if v != ''} for r in rows]
@@ -244,6 +246,7 @@ class RunOutputs:
     self.state_manager = self.csv = self.tensorboard = self.manifest = None
     self.store = None  # the client-state store a checkpoint also vouches for
     self.resumed: Optional[dict[str, Any]] = None  # the checkpoint's manifest entry
+    self._metrics_read = None  # metrics.csv as `resume` read it, for `open_rows`
     self.kept_rows: list[dict[str, Any]] = []  # metrics.csv's rows up to it, parsed
     self.cumulative = accounting.CumulativeCost()
     self.totals = run_dir.summary_totals(())
@@ -270,8 +273,9 @@ class RunOutputs:
                                        state, self.out_dir, total_rounds)
     self.resumed = self.manifest.entries.get(start_round)  # None: fresh, or older dir
     csv_path = os.path.join(self.out_dir, 'metrics.csv')
-    if os.path.exists(csv_path):
-      run_dir.read_metrics_csv(csv_path)  # a bad line refused now, before any change
+    # A bad line refused now, before any change; `open_rows` keeps what was read.
+    self._metrics_read = (run_dir.read_metrics_csv(csv_path) if os.path.exists(csv_path)
+                          else None)
     return state, start_round
 
   def open_rows(self, start_round: int) -> None:
@@ -280,7 +284,9 @@ class RunOutputs:
     (metrics.csv may have lost rows), else from the rows kept in metrics.csv."""
     if not self.out_dir:
       return
-    self.csv = MetricsCSV(os.path.join(self.out_dir, 'metrics.csv'), start_round)
+    self.csv = MetricsCSV(os.path.join(self.out_dir, 'metrics.csv'), start_round,
+                          read=self._metrics_read)
+    self._metrics_read = None
     self.kept_rows = self.csv.kept_rows
     self.tensorboard = _tensorboard(os.path.join(self.out_dir, 'tb'), start_round)
     self.cumulative = accounting.CumulativeCost(() if self.resumed else self.kept_rows)

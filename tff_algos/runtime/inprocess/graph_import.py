@@ -116,8 +116,9 @@ class GraphImport:
       self.compute, self.initialize = compute, initialize
 
 
-# Whether this process imported a computation with a seeded stateful random op (`training.initial_model_weights` then re-seeds TensorFlow for
-# every run: the kernel cache it clears restarts those ops' streams).
+# Whether this process imported a computation with a seeded stateful random op
+# (`training.initial_model_weights` then re-seeds TensorFlow for every run: the
+# kernel cache it clears restarts those ops' streams).
 seeded_random_imported = False
 
 

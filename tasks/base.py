@@ -148,7 +148,7 @@ class MeanLossMetric:
 
   def metric_finalizers(self):
     return collections.OrderedDict(
-        loss=tf.function(lambda v: tf.math.divide_no_nan(v[0], v[1])))
+        loss=tf.function(lambda v: tf.math.divide_no_nan(v[0], v[1]), autograph=False))
 
   @tf.function(autograph=False)
   def reset_metrics(self):

@@ -247,9 +247,9 @@ class LogisticRegression(base.PlainModel):
         num_examples=self._count)
 
   def metric_finalizers(self):
-    ratio = tf.function(lambda v: tf.math.divide_no_nan(v[0], v[1]))
+    ratio = tf.function(lambda v: tf.math.divide_no_nan(v[0], v[1]), autograph=False)
     return collections.OrderedDict(loss=ratio, binary_accuracy=ratio,
-                                   num_examples=tf.function(tf.identity))
+                                   num_examples=tf.function(tf.identity, autograph=False))
 
   @tf.function(autograph=False)
   def reset_metrics(self):

@@ -240,3 +240,73 @@ def test_k_step_clients_are_weighted_by_dataset_size(task, init_weights):
   expected = [w - (sizes[0] * d0 + sizes[1] * d1) / sum(sizes)
               for w, d0, d1 in zip(init_weights.trainable, *deltas)]
   assert_close(trainable(both.process, state), expected, 1e-6)
+
+
+class _NeedsAutoGraph(tff.learning.optimizers.Optimizer):
+  """SGD whose `next` branches in Python on a tensor (traceable only with AutoGraph)."""
+
+  def initialize(self, specs):
+    return collections.OrderedDict(learning_rate=tf.constant(0.5))
+
+  def next(self, state, weights, gradients):
+    if tf.reduce_sum(gradients[0]) > 0:
+      step = state['learning_rate']
+    else:
+      step = 2 * state['learning_rate']
+    return state, tf.nest.map_structure(lambda w, g: w - step * g, weights, gradients)
+
+  def get_hparams(self, state):
+    return state
+
+  def set_hparams(self, state, hparams):
+    return hparams
+
+
+@pytest.mark.parametrize('name', ['sgd', 'sgdm', 'adam', 'yogi', 'adagrad', 'adaptive_gd',
+                                  'needs_autograph'])
+def test_finalizer_without_autograph_equals_tffs(name):
+  """core.finalizer's copy of TFF's finalizer: same types, and the same state,
+  weights and measurements bit for bit over finite and non-finite updates."""
+  from tff_algos.core import adaptive_step, finalizer
+  optimizer = dict(
+      sgd=lambda: tff.learning.optimizers.build_sgdm(0.3),
+      sgdm=lambda: tff.learning.optimizers.build_sgdm(0.3, momentum=0.9),
+      adam=lambda: tff.learning.optimizers.build_adam(0.01),
+      yogi=lambda: tff.learning.optimizers.build_yogi(0.01),
+      adagrad=lambda: tff.learning.optimizers.build_adagrad(0.1),
+      adaptive_gd=lambda: adaptive_step.AdaptiveGD(0.1),
+      needs_autograph=_NeedsAutoGraph)[name]()
+  weights_type = tff.to_type(tff.learning.models.ModelWeights(
+      trainable=[tff.TensorType(np.float32, [3, 2]), tff.TensorType(np.float32, [2])],
+      non_trainable=[tff.TensorType(np.float32, [1])]))
+  ours = finalizer.build_apply_optimizer_finalizer(optimizer, weights_type)
+  theirs = tff.learning.templates.build_apply_optimizer_finalizer(optimizer, weights_type)
+  assert ours.next.type_signature.is_equivalent_to(theirs.next.type_signature)
+  assert ours.get_hparams.type_signature.is_equivalent_to(theirs.get_hparams.type_signature)
+  rng = np.random.default_rng(0)
+  weights = tff.learning.models.ModelWeights(
+      trainable=[rng.normal(size=(3, 2)).astype(np.float32),
+                 rng.normal(size=2).astype(np.float32)],
+      non_trainable=[np.ones(1, np.float32)])
+  states = [ours.initialize(), theirs.initialize()]
+  outs = [weights, weights]
+  for step in range(5):
+    update = [rng.normal(size=(3, 2)).astype(np.float32), rng.normal(size=2).astype(np.float32)]
+    if step == 2:
+      update[1][0] = np.nan
+    results = [process.next(state, out, update)
+               for process, state, out in zip((ours, theirs), states, outs)]
+    flat = [tf.nest.flatten((r.state, r.result, r.measurements)) for r in results]
+    assert len(flat[0]) == len(flat[1])
+    for a, b in zip(*flat):
+      np.testing.assert_array_equal(a, b)
+    assert int(results[0].measurements['update_non_finite']) == (step == 2)
+    states = [r.state for r in results]
+    outs = [r.result for r in results]
+  hparams = ours.get_hparams(states[0])
+  pairs = [(hparams, theirs.get_hparams(states[1])),
+           (ours.set_hparams(states[0], hparams), theirs.set_hparams(states[1], hparams))]
+  for a, b in pairs:
+    assert len(tf.nest.flatten(a)) == len(tf.nest.flatten(b))
+    for x, y in zip(tf.nest.flatten(a), tf.nest.flatten(b)):
+      np.testing.assert_array_equal(x, y)

@@ -15,7 +15,8 @@ gradient at x_t and the server step is eta_t * gradient.
 Built from TFF's templates: broadcast distributor, our schedule-aware client
 work (`core.client_work`), `tff.aggregators.MeanFactory`, and TFF's
 `build_apply_optimizer_finalizer` (which rejects non-finite updates, keeping
-the server state); a decaying eta_t is set into it from the round number.
+the server state; `core.finalizer`'s copy, traced without AutoGraph); a
+decaying eta_t is set into it from the round number.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import tensorflow_federated as tff
 from tff_algos.core import accounting
 from tff_algos.core import client_work as client_work_lib
 from tff_algos.core import composition
+from tff_algos.core import finalizer
 from tff_algos.core import local_training
 from tff_algos.core import optimizers
 from tff_algos.core import schedules
@@ -144,8 +146,7 @@ def compose(name: str, model_fn, work: client_work_lib.ClientWork,
   parts = (initial_weights,
            tff.learning.templates.build_broadcast_process(weights_type),
            work.process, aggregator,
-           tff.learning.templates.build_apply_optimizer_finalizer(
-               server_optimizer, weights_type))
+           finalizer.build_apply_optimizer_finalizer(server_optimizer, weights_type))
   if work.server_learning_rate_fn is None:
     process = tff.learning.templates.compose_learning_process(*parts)
   else:

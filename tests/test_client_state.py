@@ -171,3 +171,21 @@ def test_fingerprint_follows_the_checkpoint_and_a_store_without_sums_is_summed_o
   assert store.fingerprint() == at_1  # recomputed from the rows
   assert_state(store.gather(['c3'])[0], 3.0)
   store.close()
+
+
+def test_a_checkpoints_fingerprint_is_read_without_restoring(tmp_path):
+  """`checkpoint_fingerprint(r)` is the fingerprint `restore(r)` leads to, read
+  from checkpoint r's files with nothing written or removed."""
+  store = client_state.ClientStateStore(str(tmp_path), IDS, INITIAL)
+  store.scatter(['c3'], [state(3.0)])
+  at_1 = store.checkpoint(1)
+  store.scatter(['c4'], [state(4.0)])
+  at_2 = store.checkpoint(2)
+  store.scatter(['c3', 'c5'], [state(-3.0), state(5.0)])  # past the last checkpoint
+  files = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+  assert (store.checkpoint_fingerprint(1), store.checkpoint_fingerprint(2)) == (at_1, at_2)
+  assert store.checkpoint_fingerprint(3) is None
+  assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == files
+  store.restore(1)
+  assert store.fingerprint() == at_1
+  store.close()

@@ -493,6 +493,23 @@ def test_a_changed_client_store_is_refused(runs, algorithms, task, tmp_path, dam
     resume(algorithms, task, 'feddyn', out)
 
 
+def test_a_refused_client_store_keeps_its_later_checkpoints(runs, algorithms, task, tmp_path):
+  """A store that does not match the run's checkpoint is refused before it is
+  rolled back to it, which would delete the store's later checkpoints."""
+  out = damaged_copy(runs, 'feddyn', tmp_path)
+  store = out / 'client_state'
+  for kind in ('mask', 'sums'):  # a later checkpoint 6, the rows as at round 4
+    shutil.copy(store / f'{kind}_4.npy', store / f'{kind}_6.npy')
+  (store / 'undo_6.log').write_bytes(b'')
+  mask = np.load(store / 'mask_4.npy')
+  mask[np.flatnonzero(~mask)[0]] = True
+  np.save(store / 'mask_4.npy', mask)
+  before = {p.name: p.read_bytes() for p in store.iterdir() if p.name != 'rows.f32'}
+  with pytest.raises(UserError, match=r'client_state does not match the checkpoint of round 4'):
+    resume(algorithms, task, 'feddyn', out)
+  assert {p.name: p.read_bytes() for p in store.iterdir() if p.name != 'rows.f32'} == before
+
+
 def test_a_refused_client_store_leaves_the_rows_past_the_checkpoint(
     runs, algorithms, task, tmp_path):
   """The store is checked before metrics.csv and TensorBoard drop the rows

@@ -306,13 +306,23 @@ class RunOutputs:
     if start_round == 0:
       store.reset()
     else:
+      # Checked before `restore`, which drops the store's later checkpoints:
+      # a refused store is left as it was (only its own crash recovery, done
+      # when it was opened, has run).
+      if fingerprint is not None and store.checkpoint_fingerprint(start_round) not in (
+          None, fingerprint):
+        self._refuse_store(store, directory, start_round)
       store.restore(start_round)
       if fingerprint is not None and store.fingerprint() != fingerprint:
-        store.close()
-        raise UserError(f'{directory} does not match the checkpoint of round '
-                        f'{start_round} (its bitmap or checksums were changed); restore '
-                        f'it from a backup, or {run_dir.RESTART_FIX}')
+        self._refuse_store(store, directory, start_round)
     self.store = store
+
+  @staticmethod
+  def _refuse_store(store, directory: str, start_round: int):
+    store.close()
+    raise UserError(f'{directory} does not match the checkpoint of round '
+                    f'{start_round} (its bitmap or checksums were changed); restore '
+                    f'it from a backup, or {run_dir.RESTART_FIX}')
 
   def close(self) -> None:
     """Writes the rows not yet written and closes the TensorBoard file and

@@ -241,6 +241,18 @@ class ClientStateStore:
     """CRC-32 of the bitmap and row checksums: what a checkpoint vouches for."""
     return zlib.crc32(self.initialized.tobytes() + self.sums.tobytes())
 
+  def checkpoint_fingerprint(self, round_num: int):
+    """`fingerprint()` as it will be after `restore(round_num)`, read from that
+    checkpoint's files without changing anything; None where the store has no
+    such checkpoint or it predates checksums (then only `restore` can tell)."""
+    if round_num not in self._checkpoints():
+      return None
+    sums = self._checkpoint_sums(round_num)
+    if sums is None:
+      return None
+    mask = self._load(self._mask_path(round_num), bool)
+    return zlib.crc32(mask.tobytes() + sums.tobytes())
+
   def checkpoint(self, round_num: int) -> int:
     """Makes the current rows the store's state at `round_num` (durably);
     returns its `fingerprint()`."""

@@ -166,6 +166,26 @@ def test_inprocess_reads_containers_as_tff_converts_them():
     assert structure.name_list(got) == structure.name_list(expected)
 
 
+def test_struct_like_equals_tffs_checked_struct():
+  """`values.struct_like` (no per-element checks) makes the Struct that
+  `structure.Struct` makes: equal, same hash, names, access by name and index,
+  elements; and the name table it shares is never changed by either."""
+  from tensorflow_federated.python.common_libs import structure
+  from tff_algos.runtime.inprocess import values
+  assert values._FAST_STRUCTS  # pylint: disable=protected-access  # TFF's Struct as pinned
+  like = structure.Struct([('a', 1), (None, 2), ('c', 3)])
+  type_like = tff.StructType([('a', np.int32), (None, np.float32), ('c', np.int64)])
+  for template in (like, type_like):
+    fast = values.struct_like(template, ['x', 'y', 'z'])
+    checked = structure.Struct([('a', 'x'), (None, 'y'), ('c', 'z')])
+    assert fast == checked and hash(fast) == hash(checked)
+    assert structure.to_elements(fast) == structure.to_elements(checked)
+    assert structure.name_list_with_nones(fast) == ['a', None, 'c']
+    assert (fast.a, fast[1], fast['c'], list(fast), len(fast)) == ('x', 'y', 'z', ['x', 'y', 'z'], 3)
+    assert fast != structure.Struct([('a', 'x'), ('b', 'y'), ('c', 'z')])
+  assert structure.name_list_with_nones(like) == ['a', None, 'c'] and like.c == 3
+
+
 def test_inprocess_compiles_each_computation_once(task, client_data, monkeypatch):
   """Compilations are looked up by the computation's identity (TFF's cache
   serializes the computation on every call to hash it)."""

@@ -21,7 +21,7 @@ from tensorflow_federated.python.common_libs import structure
 from tensorflow_federated.python.core.impl.compiler import building_blocks as bb
 
 from tff_algos.runtime.inprocess import tf_calls
-from tff_algos.runtime.inprocess.values import Federated
+from tff_algos.runtime.inprocess.values import Federated, struct_like
 
 
 class DatasetVariant:
@@ -56,11 +56,9 @@ def pack(value, leaves: list, key: list, in_result: bool = False):
       inner = _all_packed([pack(v, leaves, key, in_result) for v in value.value])
     return None if inner is None else Federated(value.placement, inner, value.all_equal)
   if isinstance(value, structure.Struct):
-    elements = structure.to_elements(value)
-    key.append(tuple(name for name, _ in elements))
-    inner = _all_packed([pack(v, leaves, key, in_result) for _, v in elements])
-    return None if inner is None else structure.Struct(
-        [(name, t) for (name, _), t in zip(elements, inner)])
+    key.append(tuple(structure.name_list_with_nones(value)))
+    inner = _all_packed([pack(v, leaves, key, in_result) for v in value])
+    return None if inner is None else struct_like(value, inner)
   if isinstance(value, tf.Tensor):
     leaves.append(value)
     key.append((value.dtype, tuple(value.shape)))
@@ -82,8 +80,7 @@ def unpack(template, leaves):
     inner = (unpack(template.value, leaves) if template.all_equal
              else [unpack(v, leaves) for v in template.value])
     return Federated(template.placement, inner, template.all_equal)
-  return structure.Struct([(name, unpack(v, leaves))
-                           for name, v in structure.iter_elements(template)])
+  return struct_like(template, [unpack(v, leaves) for v in template])
 
 
 def _untraceable_tensorflow(interpreter, block: bb.ComputationBuildingBlock) -> bool:

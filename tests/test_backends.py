@@ -186,6 +186,24 @@ def test_struct_like_equals_tffs_checked_struct():
   assert structure.name_list_with_nones(like) == ['a', None, 'c'] and like.c == 3
 
 
+def test_inprocess_scalar_results_go_back_as_their_tensors():
+  """A numpy scalar the backend returned is fed back as the tensor it came
+  from (no new constant); an equal scalar made elsewhere, or one given for
+  another dtype, is converted."""
+  from tff_algos.runtime.inprocess import values
+  tensor = tf.constant(np.float64(2.5))
+  scalar = values.materialise(tensor)
+  assert isinstance(scalar, np.float64) and scalar == 2.5
+  assert values.ingest(scalar, tff.TensorType(np.float64)) is tensor
+  other = values.ingest(np.float64(2.5), tff.TensorType(np.float64))
+  assert other is not tensor and float(other) == 2.5
+  as_float32 = values.ingest(scalar, tff.TensorType(np.float32))
+  assert as_float32.dtype == tf.float32 and float(as_float32) == 2.5
+  for _ in range(values._MAX_SCALARS):  # pylint: disable=protected-access
+    values.materialise(tf.constant(np.int32(1)))
+  assert values.ingest(scalar, tff.TensorType(np.float64)) is not tensor  # forgotten
+
+
 def test_inprocess_compiles_each_computation_once(task, client_data, monkeypatch):
   """Compilations are looked up by the computation's identity (TFF's cache
   serializes the computation on every call to hash it)."""

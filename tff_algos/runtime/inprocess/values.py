@@ -181,7 +181,9 @@ def _array_of(tensor: tf.Tensor):
   the tensor: an in-place change raises instead of going unseen.
   """
   array = tensor._numpy()  # pylint: disable=protected-access
-  if not isinstance(array, np.ndarray):  # scalars, bytes: nothing to share
+  if not isinstance(array, np.ndarray):  # a scalar (numpy's, or bytes)
+    if isinstance(array, np.generic):
+      _remember_scalar(array, tensor)
     return array
   array.flags.writeable = False
   key = id(array)
@@ -190,8 +192,27 @@ def _array_of(tensor: tf.Tensor):
 
 
 def _tensor_of(value):
-  """The tensor a read-only array from `_array_of` shows; None for anything else."""
+  """The tensor a read-only array (or numpy scalar) from `_array_of` shows;
+  None for anything else."""
+  if isinstance(value, np.generic):
+    entry = _SCALARS.get(id(value))
+    return entry[1] if entry is not None and entry[0] is value else None
   entry = _SHOWN.get(id(value))
   if entry is None or entry[0]() is not value:
     return None
   return entry[1]
+
+
+# id(scalar) -> (the numpy scalar, its tensor), for the last `_MAX_SCALARS`
+# scalars `materialise` returned. Numpy scalars take no weak references, so
+# the entry keeps its scalar (its id is not reused while it is here). A round's
+# scalar state (round number, schedule values) then goes back in without a
+# `tf.constant` each (~15 us; 6 a round of the quadratic toy).
+_SCALARS: dict = {}
+_MAX_SCALARS = 1024
+
+
+def _remember_scalar(scalar: np.generic, tensor: tf.Tensor) -> None:
+  if len(_SCALARS) >= _MAX_SCALARS:
+    _SCALARS.pop(next(iter(_SCALARS)), None)  # the oldest
+  _SCALARS[id(scalar)] = (scalar, tensor)

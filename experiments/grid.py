@@ -108,6 +108,9 @@ def run_grid(runs, grid_dir: str, select_metric: str, select_last_rounds: int,
           for i, (combo, args) in enumerate(runs)]
   results = [None] * len(work)
   here = jobs <= 1 or len(work) <= 1  # map_in_processes runs these in this process
+  if here:  # a seed's runs in a row: TensorFlow is seeded once per seed
+    from tff_algos import training  # pylint: disable=g-import-not-at-top
+    work = [work[i] for i in training.seed_major(work, lambda w: w['values']['seed'])]
   try:
     with (runtime_flags.managed_context() if here else contextlib.nullcontext()):
       for index, result in runtime_flags.map_in_processes(_train_one, work, jobs):

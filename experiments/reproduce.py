@@ -225,13 +225,15 @@ def _run_trainer(exp, scale, out_dir, progress, manage_runtime):
   plans = trainer_plans(exp, scale)
   for plan in plans:  # every run's flags before any work
     validate_plan(plan)
-  runs = []
+  runs = [None] * len(plans)
   # Seeds (and runs differing only in the client schedule's numbers) share one
-  # task and one build: built and traced once.
+  # task and one build: built and traced once. A seed's runs go in a row
+  # (`training.seed_major`); `runs` keeps the plans' order.
   tasks, builds = {}, registry.BuildCache()
   context = runtime_flags.managed_context() if manage_runtime else contextlib.nullcontext()
   with context:
-    for plan in plans:
+    for index in training.seed_major(plans, lambda plan: plan.seed):
+      plan = plans[index]
       options, hp, _ = validate_plan(plan)
       args = plan_args(plan)
       run_dir = os.path.join(out_dir, 'runs', plan.name)
@@ -245,8 +247,8 @@ def _run_trainer(exp, scale, out_dir, progress, manage_runtime):
           algorithm, task, config, extra_summary={'flags': trainer_flags.flag_values(args)},
           identity=trainer_flags.run_identity(args))
       rows = training.read_metrics(os.path.join(run_dir, 'metrics.csv'))
-      runs.append(dict(label=plan.label, seed=plan.seed, rows=rows,
-                       summary=result.summary, dir=run_dir))
+      runs[index] = dict(label=plan.label, seed=plan.seed, rows=rows,
+                         summary=result.summary, dir=run_dir)
   return dict(runs=runs, rounds={p.name: p.flags['total_rounds'] for p in plans})
 
 

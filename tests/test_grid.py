@@ -10,6 +10,13 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+def test_seed_major_keeps_each_seeds_order():
+  from tff_algos import training
+  seeds = [3, 1, 3, 2, 1, 3]
+  assert training.seed_major(seeds, lambda s: s) == [0, 2, 5, 1, 4, 3]
+  assert training.seed_major([], lambda s: s) == []
+
+
 def test_parse_grid_and_score():
   from experiments import grid
   axes = grid.parse_grid('client_learning_rate=1, 0.1; local_steps=10')
@@ -108,17 +115,21 @@ def test_a_grid_in_one_process_trains_the_models_of_separate_trainer_runs(tmp_pa
 @pytest.mark.timeout(1200)
 def test_a_grid_in_worker_processes_trains_the_models_of_one_process(tmp_path):
   """--jobs=2: the combinations train in two spawned processes, with the same
-  models, scores and summaries (flags and backend included) as in one."""
+  models, scores and summaries (flags and backend included) as in one, where
+  a seed's runs go in a row (`training.seed_major`)."""
   import json
   import numpy as np
-  grid = '--grid=client_learning_rate=0.5,0.1;local_steps=1,2'
-  _run('experiments.grid', grid, '--grid_name=one', f'--root_output_dir={tmp_path}')
+  grid = '--grid=client_learning_rate=0.5,0.1;local_steps=1,2;seed=0,1'
+  res = _run('experiments.grid', grid, '--grid_name=one', f'--root_output_dir={tmp_path}')
+  assert [l.split()[0] for l in res.stdout.splitlines() if l.startswith('[')] == [
+      f'[{i}/8]' for i in (1, 3, 5, 7, 2, 4, 6, 8)]  # seed 0's four, then seed 1's
   res = _run('experiments.grid', grid, '--grid_name=two', '--jobs=2',
              f'--root_output_dir={tmp_path}')
+  # (One CI run once lacked one worker's progress line: the output, if again.)
   assert sorted(l.split()[0] for l in res.stdout.splitlines() if l.startswith('[')) == [
-      '[1/4]', '[2/4]', '[3/4]', '[4/4]']
+      f'[{i}/8]' for i in range(1, 9)], (res.stdout, res.stderr[-3000:])
   runs = sorted(p.name for p in (tmp_path / 'one').iterdir() if p.is_dir())
-  assert len(runs) == 4 and runs == sorted(p.name for p in (tmp_path / 'two').iterdir()
+  assert len(runs) == 8 and runs == sorted(p.name for p in (tmp_path / 'two').iterdir()
                                            if p.is_dir())
   for run in runs:
     one = np.load(tmp_path / 'one' / run / 'final_weights.npz')

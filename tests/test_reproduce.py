@@ -5,6 +5,7 @@ import os
 import re
 import subprocess
 import sys
+import types
 
 import numpy as np
 import pytest
@@ -121,6 +122,29 @@ def test_table_marks_scale_and_missing():
   assert 'not run' in reproduce.experiment_table(reach, {})
   assert 'not reached' in reproduce.experiment_table(reach, {'full': dict(
       measured={'fedavg/models_to0.9': None}, rounds={'a': 10})})
+
+
+def test_a_seeds_runs_go_in_a_row_and_results_keep_the_plans_order(tmp_path, monkeypatch):
+  """The harness trains seed by seed (TensorFlow seeded once per seed), and
+  hands back its runs in the plans' order."""
+  from tff_algos import registry, training
+  import tasks
+  trained = []
+
+  def fake_run(algorithm, task, config, **kwargs):
+    del algorithm, task, kwargs
+    trained.append(os.path.basename(config.output_dir))
+    return types.SimpleNamespace(summary={})
+  monkeypatch.setattr(training, 'run_training', fake_run)
+  monkeypatch.setattr(training, 'read_metrics', lambda path: [])
+  monkeypatch.setattr(tasks, 'get_task',
+                      lambda name, options: types.SimpleNamespace(model_fn=None))
+  monkeypatch.setattr(registry.BuildCache, 'build', lambda self, name, model_fn, hp: name)
+  results = reproduce._run_trainer(_toy(), 'full', str(tmp_path), False, False)  # pylint: disable=protected-access
+  assert trained == ['fedavg_seed0', 'fedsgd_seed0', 'fedavg_seed1', 'fedsgd_seed1',
+                     'fedavg_seed2', 'fedsgd_seed2']
+  assert [(r['label'], r['seed']) for r in results['runs']] == [
+      ('fedavg', 0), ('fedavg', 1), ('fedavg', 2), ('fedsgd', 0), ('fedsgd', 1), ('fedsgd', 2)]
 
 
 def test_smoke_run_writes_result_table_plot(tmp_path):

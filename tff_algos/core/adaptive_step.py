@@ -14,7 +14,8 @@ leaves only the growth term sqrt(1 + theta) eta; if that is infinite too
 (L_1 = 0 right after the first step) the step stays eta_{t-1}.
 
 It is a `tff.learning.optimizers.Optimizer`, so TFF's
-`build_apply_optimizer_finalizer` turns it into the server `FinalizerProcess`
+`build_apply_optimizer_finalizer` (or `core.finalizer`'s copy, as FedOpt uses)
+turns it into the server `FinalizerProcess`
 (rejecting non-finite updates, state untouched). The state holds
 eta_{t-1} ('learning_rate', the optimizer hparam), theta_{t-1}, x_{t-1},
 g_{t-1}, the step count and the last L_t ('smoothness', for logging).

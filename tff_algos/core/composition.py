@@ -9,8 +9,8 @@ one step before the finalizer:
     eta_t = server_learning_rate_fn(client_work_state_t)
     finalizer_state = finalizer.set_hparams(finalizer_state, {learning_rate: eta_t})
 
-so the finalizer is TFF's own `build_apply_optimizer_finalizer` with any
-optimiser, and the state is TFF's `LearningAlgorithmState` (the result works
+so the finalizer is an apply-optimizer finalizer (TFF's, or `core.finalizer`'s
+copy of it) with any optimiser, and the state is TFF's `LearningAlgorithmState` (the result works
 with `get_model_weights`, `set_model_weights` and checkpoints as usual).
 """
 

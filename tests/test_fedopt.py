@@ -310,3 +310,24 @@ def test_finalizer_without_autograph_equals_tffs(name):
     assert len(tf.nest.flatten(a)) == len(tf.nest.flatten(b))
     for x, y in zip(tf.nest.flatten(a), tf.nest.flatten(b)):
       np.testing.assert_array_equal(x, y)
+
+
+def test_finalizer_refuses_a_rejection_that_is_not_a_scalar_bool():
+  """A custom `should_reject_update` giving a non-scalar or non-bool tensor is
+  refused at build, as TFF's AutoGraph `if` refuses it (a tf.cond on it would
+  abort the process at the first step)."""
+  from tff_algos.core import finalizer
+  weights_type = tff.to_type(tff.learning.models.ModelWeights(
+      trainable=[tff.TensorType(np.float32, [2])], non_trainable=[]))
+  for flag in (lambda: tf.constant([True, False]), lambda: tf.constant(1)):
+    with pytest.raises(ValueError, match='scalar tf.bool'):
+      finalizer.build_apply_optimizer_finalizer(
+          tff.learning.optimizers.build_sgdm(0.1), weights_type,
+          lambda state, update, flag=flag: (flag(), collections.OrderedDict()))
+  python_int = finalizer.build_apply_optimizer_finalizer(
+      tff.learning.optimizers.build_sgdm(0.1), weights_type,
+      lambda state, update: (1, collections.OrderedDict()))  # truthy: always rejected
+  out = python_int.next(python_int.initialize(),
+                        tff.learning.models.ModelWeights([np.ones(2, np.float32)], []),
+                        [np.ones(2, np.float32)])
+  np.testing.assert_array_equal(out.result.trainable[0], np.ones(2, np.float32))

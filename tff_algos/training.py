@@ -201,7 +201,10 @@ def seed_major(items: list, seed: Callable[[Any], Any]) -> list[int]:
   which clears TensorFlow's kernel cache: the next round instantiates the whole
   round computation again (0.4-0.7 s on the quadratic toy). Runs of one seed in
   a row seed it once, and runs that share a build share its instantiation.
-  Results do not depend on the order (a run's models are its own).
+  Results do not depend on the order while every random draw of a run is
+  seeded explicitly (the library's sampling, shuffles and augmentation are):
+  a run that reuses its seed's initial weights restores Python's and numpy's
+  random states, not TensorFlow's op-seed counter or Keras's generator.
   """
   first = {}
   for item in items:

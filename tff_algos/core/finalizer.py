@@ -39,8 +39,11 @@ def _step(optimizer: tff.learning.optimizers.Optimizer, should_reject_update: Re
     should_reject, measurements = should_reject_update(new_state, update)
     rejected = (optimizer_state, trainable_weights, measurements)
     applied = (new_state, new_weights, measurements)
-    if isinstance(should_reject, bool):
+    if not tf.is_tensor(should_reject):  # a Python value: its truth, as AutoGraph's `if`
       return rejected if should_reject else applied
+    if should_reject.dtype != tf.bool or should_reject.shape.rank != 0:
+      raise ValueError('should_reject_update must give a bool or a scalar tf.bool, got '
+                       f'{should_reject.dtype.name}{should_reject.shape}')
     return tf.cond(should_reject, lambda: rejected, lambda: applied)
   return step
 

@@ -239,7 +239,7 @@ class ClientStateStore:
 
   def fingerprint(self) -> int:
     """CRC-32 of the bitmap and row checksums: what a checkpoint vouches for."""
-    return zlib.crc32(self.initialized.tobytes() + self.sums.tobytes())
+    return _fingerprint(self.initialized, self.sums)
 
   def checkpoint_fingerprint(self, round_num: int):
     """`fingerprint()` as it will be after `restore(round_num)`, read from that
@@ -250,8 +250,7 @@ class ClientStateStore:
     sums = self._checkpoint_sums(round_num)
     if sums is None:
       return None
-    mask = self._load(self._mask_path(round_num), bool)
-    return zlib.crc32(mask.tobytes() + sums.tobytes())
+    return _fingerprint(self._load(self._mask_path(round_num), bool), sums)
 
   def checkpoint(self, round_num: int) -> int:
     """Makes the current rows the store's state at `round_num` (durably);
@@ -357,6 +356,10 @@ class ClientStateStore:
 
   def __exit__(self, *exc):
     self.close()
+
+
+def _fingerprint(initialized: np.ndarray, sums: np.ndarray) -> int:
+  return zlib.crc32(initialized.tobytes() + sums.tobytes())
 
 
 def _save_durably(path: str, array: np.ndarray) -> None:

@@ -10,8 +10,9 @@ one step before the finalizer:
     finalizer_state = finalizer.set_hparams(finalizer_state, {learning_rate: eta_t})
 
 so the finalizer is an apply-optimizer finalizer (TFF's, or `core.finalizer`'s
-copy of it) with any optimiser, and the state is TFF's `LearningAlgorithmState` (the result works
-with `get_model_weights`, `set_model_weights` and checkpoints as usual).
+copy of it) with any optimiser, and the state is TFF's `LearningAlgorithmState`
+(the result works with `get_model_weights`, `set_model_weights` and checkpoints
+as usual).
 """
 
 from __future__ import annotations

@@ -17,6 +17,7 @@ on another backend. See `tff_algos/runtime` and docs/performance.md.
 
 from __future__ import annotations
 
+import sys
 from typing import Any, Callable, Iterable, Iterator, Optional
 
 from absl import flags
@@ -89,6 +90,12 @@ def _init_worker(options: dict) -> None:
   import atexit  # pylint: disable=g-import-not-at-top
   from experiments import common  # pylint: disable=g-import-not-at-top
   from tff_algos import runtime  # pylint: disable=g-import-not-at-top
+  # Whole lines: the workers share the parent's stdout, a pipe when captured,
+  # where a block-buffered flush could end mid-line, and an unbuffered one
+  # (PYTHONUNBUFFERED) writes a print's text and its newline apart: another
+  # worker's line (e.g. a grid's `[i/n] ...`) landed inside them. One write a
+  # line (a pipe keeps writes of up to 4 KiB whole).
+  sys.stdout.reconfigure(line_buffering=True, write_through=False)
   common.quiet_logs()
   runtime.install(backend=options['backend'], workers=options['workers'],
                   concurrent_clients=options['concurrent_clients'])

@@ -112,6 +112,40 @@ def test_a_grid_in_one_process_trains_the_models_of_separate_trainer_runs(tmp_pa
         np.testing.assert_allclose(grid[k], alone[k], rtol=0, atol=1e-6)
 
 
+_SHOUTING_WORKERS = """
+import time
+from experiments import runtime_flags
+
+def shout(item):  # a run's output: many lines, not flushed one by one, for ~2 s
+  for j in range(300):
+    print(f'item {item} line {j:03d} ' + 'x' * 80)
+    time.sleep(0.007)  # so that the two workers' items overlap
+  print(f'[{item + 1}/4] done', flush=True)  # as a grid's progress line
+  return item
+
+if __name__ == '__main__':
+  options = dict(backend='inprocess', workers=None, concurrent_clients=None)
+  print(sorted(runtime_flags.map_in_processes(shout, range(4), 2, options)), flush=True)
+"""
+
+
+def test_worker_processes_write_whole_lines(tmp_path):
+  """Workers share the parent's stdout (a pipe here): each line reaches it
+  whole, never split by another worker's (a CI run once lost a grid's
+  `[i/n]` line inside another worker's block-buffered output)."""
+  script = tmp_path / 'shout.py'
+  script.write_text(_SHOUTING_WORKERS)
+  # Unbuffered, as where the line was lost: a print's text and newline apart.
+  res = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                       cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT, PYTHONUNBUFFERED='1'),
+                       timeout=300)
+  assert res.returncode == 0, res.stderr[-3000:]
+  lines = res.stdout.splitlines()
+  expected = {f'item {i} line {j:03d} ' + 'x' * 80 for i in range(4) for j in range(300)}
+  expected |= {f'[{i}/4] done' for i in range(1, 5)} | {'[0, 1, 2, 3]'}
+  assert sorted(lines) == sorted(expected)
+
+
 @pytest.mark.timeout(1200)
 def test_a_grid_in_worker_processes_trains_the_models_of_one_process(tmp_path):
   """--jobs=2: the combinations train in two spawned processes, with the same

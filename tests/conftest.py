@@ -40,6 +40,19 @@ def _cmdline(p):
     return []
 
 
+def open_files_under(directory) -> list[str]:
+  """Files under `directory` that this process holds open (Linux /proc)."""
+  held = []
+  for fd in os.listdir('/proc/self/fd'):
+    try:
+      target = os.readlink(f'/proc/self/fd/{fd}')
+    except OSError:  # the listing's own descriptor, closed since
+      continue
+    if target.startswith(str(directory) + os.sep):
+      held.append(target)
+  return held
+
+
 def wait_dead(pids, timeout_s=10.0) -> list[int]:
   """Returns the pids still alive (not zombies) after waiting up to `timeout_s`."""
   deadline = time.monotonic() + timeout_s

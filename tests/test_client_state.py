@@ -7,6 +7,7 @@ import sys
 import numpy as np
 import pytest
 
+from conftest import open_files_under
 from tff_algos.core import client_state
 from tff_algos.errors import UserError
 
@@ -154,6 +155,8 @@ def test_a_corrupt_undo_entry_is_refused_before_any_row_is_rolled_back(tmp_path)
   with pytest.raises(UserError, match=r'undo_1.log: undo entry 2 is corrupt'):
     client_state.ClientStateStore(str(tmp_path), IDS, INITIAL)
   assert (tmp_path / 'rows.f32').read_bytes() == rows_before
+  assert open_files_under(tmp_path) == []  # the refused store closed its files
+
 
 
 def test_fingerprint_follows_the_checkpoint_and_a_store_without_sums_is_summed_once(

@@ -22,6 +22,7 @@ import time
 import numpy as np
 import pytest
 
+from conftest import open_files_under
 from tasks import TaskOptions, get_task
 from tff_algos import registry, run_dir, run_outputs, training
 from tff_algos.core import crash_points
@@ -525,6 +526,7 @@ def test_a_refused_client_store_leaves_the_rows_past_the_checkpoint(
   with pytest.raises(UserError, match=r'has no checkpoint of round 4'):
     resume(algorithms, task, 'feddyn', out)
   assert {p: p.read_bytes() for p in [path, *(out / 'tb').iterdir()]} == before
+  assert open_files_under(out) == []  # the store's own refusal closed its files
 
 
 # -- two runs in one directory --------------------------------------------------

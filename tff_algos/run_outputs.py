@@ -303,23 +303,26 @@ class RunOutputs:
     directory = (os.path.join(self.out_dir, 'client_state') if self.out_dir
                  else tempfile.mkdtemp(prefix='client_state_'))
     store = client_state.ClientStateStore(directory, client_ids, initial_state)
-    if start_round == 0:
-      store.reset()
-    else:
-      # Checked before `restore`, which drops the store's later checkpoints:
-      # a refused store is left as it was (only its own crash recovery, done
-      # when it was opened, has run).
-      if fingerprint is not None and store.checkpoint_fingerprint(start_round) not in (
-          None, fingerprint):
-        self._refuse_store(store, directory, start_round)
-      store.restore(start_round)
-      if fingerprint is not None and store.fingerprint() != fingerprint:
-        self._refuse_store(store, directory, start_round)
+    try:  # a refusal, the store's own included, closes its files
+      if start_round == 0:
+        store.reset()
+      else:
+        # Checked before `restore`, which drops the store's later checkpoints:
+        # a refused store is left as it was (only its own crash recovery, done
+        # when it was opened, has run).
+        if fingerprint is not None and store.checkpoint_fingerprint(start_round) not in (
+            None, fingerprint):
+          self._refuse_store(directory, start_round)
+        store.restore(start_round)
+        if fingerprint is not None and store.fingerprint() != fingerprint:
+          self._refuse_store(directory, start_round)
+    except BaseException:
+      store.close()
+      raise
     self.store = store
 
   @staticmethod
-  def _refuse_store(store, directory: str, start_round: int):
-    store.close()
+  def _refuse_store(directory: str, start_round: int):
     raise UserError(f'{directory} does not match the checkpoint of round '
                     f'{start_round} (its bitmap or checksums were changed); restore '
                     f'it from a backup, or {run_dir.RESTART_FIX}')

@@ -93,18 +93,22 @@ class ClientStateStore:
       raise UserError(f'{self._path} is {os.path.getsize(self._path)} bytes, expected '
                       f'{size} for this run\'s client states (changed outside the run, '
                       'or another run\'s); restore it, or pass --restart to start over')
-    self._fd = os.open(self._path, os.O_RDWR | os.O_CREAT, 0o644)
-    if os.fstat(self._fd).st_size != size:
-      os.ftruncate(self._fd, size)    # sparse: no disk used until written
-    self.initialized = np.zeros(len(self.client_ids), bool)
-    self.sums = np.zeros(len(self.client_ids), np.uint32)  # CRC-32 of written rows
-    self._touched: set[int] = set()
     self._log = None
-    self._round = None                # round of the last checkpoint/restore
-    if self._checkpoints():           # an existing store: at its latest checkpoint
-      self.restore(self._checkpoints()[-1])
-    else:                             # a new store: round 0 is "nothing written"
-      self.checkpoint(0)
+    self._fd = os.open(self._path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:  # a store refused while it opens closes its files
+      if os.fstat(self._fd).st_size != size:
+        os.ftruncate(self._fd, size)    # sparse: no disk used until written
+      self.initialized = np.zeros(len(self.client_ids), bool)
+      self.sums = np.zeros(len(self.client_ids), np.uint32)  # CRC-32 of written rows
+      self._touched: set[int] = set()
+      self._round = None                # round of the last checkpoint/restore
+      if self._checkpoints():           # an existing store: at its latest checkpoint
+        self.restore(self._checkpoints()[-1])
+      else:                             # a new store: round 0 is "nothing written"
+        self.checkpoint(0)
+    except BaseException:
+      self.close()
+      raise
 
   # -- rows -----------------------------------------------------------------
   @property

@@ -17,6 +17,7 @@ on another backend. See `tff_algos/runtime` and docs/performance.md.
 
 from __future__ import annotations
 
+import io
 import sys
 from typing import Any, Callable, Iterable, Iterator, Optional
 
@@ -95,7 +96,8 @@ def _init_worker(options: dict) -> None:
   # (PYTHONUNBUFFERED) writes a print's text and its newline apart: another
   # worker's line (e.g. a grid's `[i/n] ...`) landed inside them. One write a
   # line (a pipe keeps writes of up to 4 KiB whole).
-  sys.stdout.reconfigure(line_buffering=True, write_through=False)
+  if isinstance(sys.stdout, io.TextIOWrapper):  # not None (no stdout) or a stand-in
+    sys.stdout.reconfigure(line_buffering=True, write_through=False)
   common.quiet_logs()
   runtime.install(backend=options['backend'], workers=options['workers'],
                   concurrent_clients=options['concurrent_clients'])

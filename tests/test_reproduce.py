@@ -476,6 +476,49 @@ def test_paper001_cifar10_tuned_sgd_runs_the_step_schedule():
     registry.check('fedavg', HParams(client_lr_milestones=['150']))
 
 
+def test_paper001_cifar10_commands_are_the_papers_three_lines():
+  """Every setting of Fig. 2's CIFAR-10 runs (README, Fidelity: paper 001): tuned
+  SGD, SGD on the other schedule, and Nastya+Adam on that schedule; LeNet-5,
+  B = 1024, one node, one RR epoch a round, 250 epochs, Adam 0.01 (PyTorch's
+  constants), a constant 0.2 standing in for the lost decreasing schedule."""
+  from experiments.configs import paper001
+  common = ('--task=cifar10_lenet --model=lenet5 --num_clients=1 --partition=iid '
+            '--algorithm={} --total_rounds=250 --clients_per_round=1 --rounds_per_eval=5 '
+            '--seed=0 --root_output_dir=out --experiment_name={}_seed0')
+  head = 'python -m experiments.train --client_batch_size=1024 --shuffle=rr --client_learning_rate=0.2 '
+  plans = reproduce.trainer_plans(paper001.CIFAR10, 'full')
+  assert [p.command('out') for p in plans] == [
+      head + '--client_lr_milestones=150,200 ' + common.format('fedrr', 'sgd'),
+      head + common.format('fedrr', 'sgd_decreasing'),
+      head + ('--server_optimizer=adam --server_learning_rate=0.01 --server_beta_1=0.9 '
+              '--server_beta_2=0.999 --server_epsilon=1e-08 ') + common.format(
+                  'nastya', 'nastya_adam')]
+  for plan in plans:
+    reproduce.validate_plan(plan)  # every flag a trainer flag, every value valid
+
+
+def test_paper001_mushrooms_runs_the_binarys_single_node_setting():
+  """Fig. 2's mushrooms experiment: one node, B = 1, gamma = 1e-4, 100 rounds, and
+  the binary's defaults for what the config leaves (lambda = L0/n, the four
+  eta = m/L runs, the fixed runs, RR passes, Adam's 0.05)."""
+  from experiments.configs import paper001
+  argv = reproduce.binary_argv(paper001.MUSHROOMS, 'full', 'out')
+  assert argv[1:] == ['-m', 'experiments.nastya', '--libsvm_path=data/mushrooms',
+                      '--settings=single', '--rounds=100', '--batch_size=1',
+                      '--gamma=0.0001', '--output_dir=out', '--progress=false',
+                      '--backend=inprocess']
+  script = ('import json; from absl import flags; import experiments.nastya as n; '
+            'F = flags.FLAGS; print(json.dumps(dict(fixed=list(n.FIXED_RUNS), **{k: F[k].default '
+            'for k in ("l2_reg", "eta_multipliers", "adam_lr", "shuffle", "runs", "seed")})))')
+  res = subprocess.run([sys.executable, '-c', script], cwd=ROOT, capture_output=True,
+                       text=True, env=dict(os.environ, PYTHONPATH=ROOT), timeout=300)
+  assert res.returncode == 0, res.stderr[-2000:]
+  assert json.loads(res.stdout.strip().splitlines()[-1]) == dict(
+      fixed=['fedrr', 'local_sgd_wr', 'nastya_adam', 'nastya_adaptive'], l2_reg=None,
+      eta_multipliers=['0.25', '0.5', '1', '1.5'], adam_lr=0.05, shuffle='rr', runs=None,
+      seed=0)
+
+
 # -- paper 003 (FedDyn): every setting of Tables 1, 2, 4, 5 -----------------------
 
 def _paper003_plans(name):

@@ -279,7 +279,7 @@ def test_paper000_stackoverflow_is_app_b_setting():
 def test_paper000_table1_every_row_is_compared():
   from experiments.configs import paper000
   so, femnist, shakespeare = ({p.key: p.value for p in e.published}
-                              for e in paper000.EXPERIMENTS[1:])
+                              for e in paper000.EXPERIMENTS[1:4])
   assert so['decay_gamma_K10/min_train_loss_smooth200'] == 0.02
   assert so['decay_K_K100/max_accuracy'] == 0.42
   assert femnist['decay_K_K33/min_train_loss_smooth200'] == 0.14
@@ -289,6 +289,27 @@ def test_paper000_table1_every_row_is_compared():
     # 3 K x (decaying gamma, decaying K) x (max acc, min train error) + 3 step fractions.
     assert len(keys) == 15
     assert len([k for k in keys if k.endswith('/fraction_sgd_steps')]) == 3
+
+
+def test_paper000_panels_a_are_experiments_of_their_own():
+  """Figs. 2-4 (a), the constant-gamma/K runs, are listed and runnable (they were
+  reachable only from Python); with the Table 1 experiments they are every run
+  of `ALL_EXPERIMENTS`, with the same flags."""
+  from experiments import configs
+  from experiments.configs import paper000
+  for full, fig in zip(paper000.ALL_EXPERIMENTS[1:], ('fig2a', 'fig3a', 'fig4a')):
+    table = configs.get(full.name)
+    panel = configs.get(full.name.replace('table1', fig))
+    assert [r.label for r in panel.runner.runs] == [
+        r.label for r in full.runner.runs if r.label.startswith('const_')]
+    assert len(panel.runner.runs) == 3 and not panel.published
+    assert sorted(r.label for r in table.runner.runs + panel.runner.runs) == sorted(
+        r.label for r in full.runner.runs)
+    flags = {r.label: r.flags for r in full.runner.runs}
+    assert all(r.flags == flags[r.label] for r in panel.runner.runs)
+    assert (panel.runner.task, panel.runner.task_flags, panel.runner.total_rounds,
+            panel.runner.seeds) == (full.runner.task, full.runner.task_flags,
+                                    full.runner.total_rounds, full.runner.seeds)
 
 
 def test_paper000_step_fractions_follow_from_table5():

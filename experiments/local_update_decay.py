@@ -136,7 +136,7 @@ def main(argv):
   except ValueError as e:
     return common.fail(e)
 
-  from tasks import TaskOptions, get_task
+  from tasks import get_task
   from tff_algos import local_update, registry
   from tff_algos.core import optimizers
 
@@ -148,11 +148,11 @@ def main(argv):
   builds = registry.BuildCache()
   with runtime_flags.managed_context():
     for task_name in task_names:
-      model, m, batch = SETUP[task_name]
+      model, m, _ = SETUP[task_name]  # B: paper002.task_options
       if task_name == 'emnist_character':
         model = FLAGS.emnist_model
-      task = get_task(task_name, TaskOptions(
-          batch_size=batch, cache_dir=FLAGS.cache_dir, model=model,
+      task = get_task(task_name, paper002.task_options(
+          task_name, cache_dir=FLAGS.cache_dir, model=model,
           use_synthetic_data=FLAGS.use_synthetic_data, seed=FLAGS.seed))
       clients = min(m, len(task.client_ids))
       out_root = os.path.join(FLAGS.root_output_dir, FLAGS.figure, task_name)

@@ -355,6 +355,29 @@ def test_paper002_emnist_model_is_mcmahan_cnn():
   assert not any(isinstance(l, tf.keras.layers.Dropout) for l in keras.layers)
 
 
+def test_paper002_task_setup_is_app_c():
+  """M and B of every task (App. C), and Stack Overflow NWP's clients cut to their
+  first 128 posts ("we restrict each client to the first 128 posts in their
+  history"), which the figure binary builds its tasks with."""
+  from experiments.configs import paper002
+  from tasks import get_task
+  assert {t: setup[1:] for t, setup in paper002.TASK_SETUP.items()} == {
+      'emnist_character': (10, 20), 'cifar100_image': (10, 20),
+      'shakespeare_character': (10, 4), 'stackoverflow_tag': (50, 16),
+      'stackoverflow_word': (50, 16)}
+  options = {t: paper002.task_options(t, seed=3) for t in paper002.TASK_SETUP}
+  assert {t: (o.batch_size, o.max_client_examples, o.seed) for t, o in options.items()} == {
+      'emnist_character': (20, None, 3), 'cifar100_image': (20, None, 3),
+      'shakespeare_character': (4, None, 3), 'stackoverflow_tag': (16, None, 3),
+      'stackoverflow_word': (16, 128, 3)}
+  import dataclasses
+  task = get_task('stackoverflow_word', dataclasses.replace(
+      options['stackoverflow_word'], use_synthetic_data=True, max_client_examples=2))
+  raw = task.train_data.create_tf_dataset_for_client(task.client_ids[0])
+  assert sum(1 for _ in raw) == 2  # the cap reaches the client's posts
+  assert task.info['max_client_examples'] == 2
+
+
 def test_paper002_tuned_etas_of_app_d_and_table2_are_compared():
   from experiments import configs
   from experiments.configs import paper002

@@ -42,6 +42,18 @@ PAPER = '002 Charles & Konecny 2020 (LocalUpdate)'
 ROUNDS = 1500   # not stated in the text; the binary's default (Reddi et al.'s EMNIST/SO value)
 
 # §8 and App. C: model, clients per round M, batch B of each task.
+# App. C: "For Stack Overflow next word prediction, we restrict each client to the
+# first 128 posts in their history" (TFF's clients keep their posts as stored).
+MAX_CLIENT_EXAMPLES = {'stackoverflow_word': 128}
+
+
+def task_options(task: str, **options):
+  """The `tasks.TaskOptions` of App. C's setting of `task` (its batch size and
+  per-client cap), with `options` (cache_dir, model, seed, ...) added."""
+  from tasks import TaskOptions  # pylint: disable=g-import-not-at-top
+  return TaskOptions(batch_size=TASK_SETUP[task][2],
+                     max_client_examples=MAX_CLIENT_EXAMPLES.get(task), **options)
+
 TASK_SETUP = {
     'emnist_character': ('cnn', 10, 20),       # McMahan et al.'s CNN (TFF's `cnn`)
     'cifar100_image': ('resnet18', 10, 20),    # GroupNorm

@@ -95,10 +95,10 @@ TASKS = (
     TaskSpec('stackoverflow_word', 'tasks.stackoverflow:build_word', ('lstm',),
              'StackOverflow next-word prediction (342,477 users; TFF '
              "stackoverflow.sqlite): TFF's LSTM, 10k vocabulary, sequences of 20"),
-    TaskSpec('cifar100_image', 'tasks.cifar100:build', ('resnet18', 'cnn004'),
+    TaskSpec('cifar100_image', 'tasks.cifar100:build', ('resnet18', 'cnn004', 'cnn004_code'),
              'Federated CIFAR-100 (500 clients, Pachinko allocation; TFF '
              "cifar100.sqlite): TFF's GroupNorm ResNet-18 (24x24) or paper 004's CNN "
-             '(28x28)'),
+             "(28x28 crops, the paper's text; cnn004_code: 32x32, the authors' code)"),
     TaskSpec('logistic', 'tasks.libsvm:build', ('logreg',),
              'l2-regularised logistic regression on a LIBSVM file '
              '(--libsvm_path) or, offline, sklearn breast cancer (paper 001)', check_split),

@@ -3,7 +3,13 @@
 * 'resnet18': TFF's baseline: ResNet-18 with GroupNorm on 24x24 crops (TFF's
   default crop), per-image standardisation.
 * 'cnn004': paper 004's CNN (`tasks.models.cifar_cnn_004`) on 28x28 crops
-  with TFF's same preprocessing otherwise.
+  with TFF's same preprocessing otherwise (the paper's text: a random flip and
+  a random 28x28 crop).
+* 'cnn004_code': the same CNN on whole 32x32 images, preprocessed as the FedGBO
+  authors' code does: pixels / 255 normalised by fixed per-channel means and
+  deviations (the code's, CIFAR-10's values), each training batch flipped with
+  probability 1/2 and cropped back to 32x32 from its 4-pixel zero-padded images
+  at one offset (torchvision on a batch tensor), evaluation on the whole images.
 
 Training images are distorted as TFF's baseline with `distort_train_images`,
 Reddi et al. and papers 002/004 do: a random crop of the model's size and a
@@ -33,7 +39,13 @@ CROP = {
     'resnet18': (tff.simulation.baselines.cifar100.DEFAULT_CROP_HEIGHT,
                  tff.simulation.baselines.cifar100.DEFAULT_CROP_WIDTH),  # 24
     'cnn004': (28, 28),
+    'cnn004_code': (32, 32),
 }
+# The FedGBO code's normalisation of CIFAR-100 (data_utils.load_cifar100: "means and
+# stds computed per channel for entire dataset"; they are CIFAR-10's usual values).
+CODE_MEANS = (0.4914, 0.4822, 0.4465)
+CODE_STDS = (0.2023, 0.1994, 0.2010)
+CODE_PAD = 4  # RandomCrop(32, padding=4)
 EVAL_BATCH_SIZE = 64  # TFF's default evaluation batch size for this task
 
 
@@ -42,6 +54,22 @@ def build(options: registry.TaskOptions) -> base.Task:
   raw, train = tff_data.load_clients('cifar100', options)
   train_spec = tff_data.train_client_spec(options.batch_size)
   height, width = CROP[model]
+
+  if model == 'cnn004_code':
+    normalise = image_augment.channel_normaliser(CODE_MEANS, CODE_STDS)
+    train_fn = image_augment.normalised_batches(normalise, options.batch_size)
+    eval_fn = image_augment.normalised_batches(normalise, EVAL_BATCH_SIZE)
+    spec = train_fn(train.create_tf_dataset_for_client(train.client_ids[0])).element_spec
+    model_fn = base.logits_classifier_fn(
+        lambda: models.cifar_cnn_004(NUM_CLASSES, size=height), spec)
+    return tff_data.baseline_task(
+        NAME, raw, train, model, train_fn, model_fn, eval_fn,
+        augment_fn=image_augment.batch_augmenting_preprocess(
+            (height, width, 3), options.batch_size, CODE_PAD, normalise),
+        num_classes=NUM_CLASSES, crop=(height, width),
+        train_augmentation='per batch: flip, pad 4, random 32x32 crop (the authors\' code)',
+        normalisation='per channel, fixed means and deviations (the authors\' code)',
+        eval_batch_size=EVAL_BATCH_SIZE)
 
   if model == 'resnet18':
     create_task = (

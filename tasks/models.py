@@ -53,9 +53,11 @@ def femnist_cnn(num_classes: int = 62) -> tf.keras.Model:
   return conv_pool_net((28, 28, 1), num_classes, name='femnist_cnn')
 
 
-def cifar_cnn_004(num_classes: int = 100) -> tf.keras.Model:
-  """Paper 004's CIFAR-100 CNN: `femnist_cnn`'s layers on 28x28x3 crops."""
-  return conv_pool_net((28, 28, 3), num_classes, name='cifar_cnn_004')
+def cifar_cnn_004(num_classes: int = 100, size: int = 28) -> tf.keras.Model:
+  """Paper 004's CIFAR-100 CNN: `femnist_cnn`'s layers on size x size x 3 images:
+  28x28 crops (the paper's text; first dense layer 5*5*64 = 1600 inputs) or whole
+  32x32 images (the authors' code, whose first dense layer takes 6*6*64 = 2304)."""
+  return conv_pool_net((size, size, 3), num_classes, name='cifar_cnn_004')
 
 
 def shakespeare_gru(vocab_size: int, units: int = 256, embedding_dim: int = 8,

@@ -135,7 +135,7 @@ def test_synthetic_forward_pass(name, model):
     assert tuple(preds.shape[1:]) == (62,)
   elif name == 'cifar100_image':
     assert tuple(preds.shape[1:]) == (100,)
-    crop = 24 if model == 'resnet18' else 28
+    crop = {'resnet18': 24, 'cnn004': 28, 'cnn004_code': 32}[model]
     assert tuple(x.shape[1:]) == (crop, crop, 3)
   elif name == 'shakespeare_character':
     assert tuple(preds.shape[1:]) == (80, 90)
@@ -405,6 +405,48 @@ def test_cifar100_sqlite_end_to_end(tmp_path):
   _, out = _forward(task, (x, y))
   assert tuple(out.predictions.shape) == (3, 100)
   assert _num_examples(task.test_data) == 5
+
+
+def test_cifar100_authors_code_pipeline(tmp_path):
+  """cnn004_code: whole 32x32 images normalised by the FedGBO code's fixed
+  per-channel values; a training batch flipped and cropped at ONE draw from its
+  4-pixel zero padding (torchvision on a batch tensor); the CNN's first dense
+  layer takes 6*6*64 = 2304 inputs, as the code's."""
+  from tasks import cifar100
+  rng = np.random.RandomState(1)
+
+  def examples(n):
+    return collections.OrderedDict(
+        coarse_label=rng.randint(0, 20, size=n).astype(np.int64),
+        image=rng.randint(0, 256, size=(n, 32, 32, 3)).astype(np.uint8),
+        label=rng.randint(0, 100, size=n).astype(np.int64))
+
+  clients = {'0': ('train', examples(4)), '7': ('test', examples(5))}
+  _write_sqlite(tmp_path / 'cifar100.sqlite', clients)
+  task = _build('cifar100_image', cache_dir=str(tmp_path), model='cnn004_code',
+                batch_size=4)
+  means, stds = np.array(cifar100.CODE_MEANS), np.array(cifar100.CODE_STDS)
+  normalised = (clients['0'][1]['image'] / 255.0 - means) / stds
+  x, _ = next(iter(task.client_dataset('0')))  # no augmentation seed: whole images
+  np.testing.assert_allclose(x.numpy(), normalised, rtol=1e-5, atol=1e-5)
+  test_x = np.concatenate([b[0].numpy() for b in task.test_data])
+  assert test_x.shape == (5, 32, 32, 3)
+  offsets = set()
+  for seed in range(12):
+    x, y = next(iter(task.client_dataset('0', augment_seed=seed)))
+    assert x.shape == (4, 32, 32, 3)
+    padded = np.pad(normalised, [(0, 0), (4, 4), (4, 4), (0, 0)])
+    found = [(flip, dy, dx) for flip in (False, True) for dy in range(9) for dx in range(9)
+             if np.allclose((padded[:, :, ::-1] if flip else padded)[:, dy:dy + 32, dx:dx + 32],
+                            x.numpy(), atol=1e-5)]
+    assert found, seed  # one flip and one offset for the whole batch
+    offsets.add(found[0])
+  assert len(offsets) > 3  # the draws vary with the seed
+  keras = models.cifar_cnn_004(100, size=32)
+  dense = [l for l in keras.layers if isinstance(l, tf.keras.layers.Dense)]
+  assert dense[0].kernel.shape == (2304, 512)
+  _, out = _forward(task, (x, y))
+  assert tuple(out.predictions.shape) == (4, 100)
 
 
 # ---------------------------------------------------------- missing files

@@ -57,7 +57,10 @@ DATA = {
 DATA_NOTES = {
     'cifar100': ('Data as the paper: TFF federated CIFAR-100, all 500 clients; training '
                  'images randomly flipped and cropped to 28x28 (stateless draws keyed by '
-                 'seed, round and client), evaluation on the central 28x28 crop.'),
+                 'seed, round and client), evaluation on the central 28x28 crop: the '
+                 'paper\'s text. The authors\' code instead pads by 4 and crops back to '
+                 '32x32 per batch, evaluates whole 32x32 images and normalises by fixed '
+                 'per-channel values: --model=cnn004_code in these commands.'),
     'femnist': ('Paper: LEAF FEMNIST, 3000 of 3550 writers, 20 % of each writer\'s samples as '
                 'test set; ours: 3000 writers drawn from TFF emnist_all (3400) and TFF\'s test '
                 'split.'),

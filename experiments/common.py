@@ -18,6 +18,7 @@ Every binary ends with `common.run(main)` instead of `app.run(main)`:
 import os
 import signal
 import sys
+import tempfile
 
 from absl import app
 from absl import flags
@@ -32,6 +33,19 @@ def fail(message) -> int:
   """Prints one 'error: ...' line to stderr; returns the usage-error status."""
   print(f'error: {message}', file=sys.stderr)
   return USAGE_ERROR
+
+
+def writable_dir(path: str, flag: str) -> str:
+  """Creates `path` and checks that a file can be written in it, so that a bad
+  output directory is refused before any work (not by a traceback at the end)."""
+  try:
+    os.makedirs(path, exist_ok=True)
+    with tempfile.NamedTemporaryFile(dir=path, prefix='.write_check'):
+      pass
+  except OSError as e:
+    raise UserError(f'cannot use the output directory {path} ({e.strerror}); '
+                    f'choose another --{flag}') from None
+  return path
 
 
 def quiet_logs():

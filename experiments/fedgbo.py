@@ -182,7 +182,8 @@ def main(argv):
 
   from tasks import get_task
   from tff_algos import training
-  root = os.path.join(FLAGS.root_output_dir, FLAGS.grid_name)
+  root = common.writable_dir(os.path.join(FLAGS.root_output_dir, FLAGS.grid_name),
+                             'root_output_dir')
   results = collections.defaultdict(dict)   # (task, K) -> algorithm -> rows
   optimisers = {}
   tasks_cache = {}

@@ -158,7 +158,8 @@ def _print_and_write(results: list[dict], keys: list[str], grid_dir: str) -> Non
   header = keys + ['score', 'client_steps', 'upload_MB']
   table = [[r[k] for k in keys] + [r['score'], int(r['client_steps']), r['upload_bytes'] / 1e6]
            for r in results]
-  print(f'score = mean {FLAGS.select_metric} over the last {FLAGS.select_last_rounds} rounds')
+  print(f'score = mean {FLAGS.select_metric} over the last {FLAGS.select_last_rounds} rounds '
+        '(all rounds of a shorter run)')
   print(report.format_table(header, table))
   if FLAGS.group_by:
     best = {}

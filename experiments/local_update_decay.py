@@ -135,6 +135,7 @@ def main(argv):
       raise ValueError('--rounds and --select_last_rounds must be >= 1')
   except ValueError as e:
     return common.fail(e)
+  common.writable_dir(FLAGS.root_output_dir, 'root_output_dir')
 
   from tasks import get_task
   from tff_algos import local_update, registry

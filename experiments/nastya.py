@@ -105,6 +105,7 @@ def main(argv):
     validate()
   except ValueError as e:
     return common.fail(e)
+  common.writable_dir(FLAGS.output_dir, 'output_dir')
   from tasks import TaskError, TaskOptions, get_task, libsvm
   from tff_algos import nastya, training
   from tff_algos.core import optimizers

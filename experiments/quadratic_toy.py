@@ -77,6 +77,7 @@ def main(argv):
     validate()
   except ValueError as e:
     return common.fail(e)
+  common.writable_dir(FLAGS.output_dir, 'output_dir')
   from tasks import quadratic
   from tff_algos.core import schedules
 

@@ -321,6 +321,7 @@ def main(argv):
   root = FLAGS.root_output_dir if FLAGS['root_output_dir'].present else 'runs/reproduce'
   progress = FLAGS.progress
   if FLAGS.report:
+    common.writable_dir(root, 'root_output_dir')
     text = full_report(root, experiments)
     os.makedirs(root, exist_ok=True)
     with open(os.path.join(root, 'report.md'), 'w') as f:
@@ -346,6 +347,7 @@ def main(argv):
       for plan in plans:
         print(plan.command(os.path.join(out_dir, 'runs')))
     return 0
+  common.writable_dir(out_dir, 'root_output_dir')
   common.quiet_logs()
   print(f'{exp.name}: {exp.paper}, {exp.ref} [{FLAGS.scale}] -> {out_dir}', flush=True)
   try:

@@ -251,6 +251,7 @@ def main(argv):
     settings = settings_from_flags()
   except ValueError as e:
     return common.fail(e)
+  common.writable_dir(FLAGS.output_dir, 'output_dir')
   common.quiet_logs()
   from experiments import table6_grid as grid_lib  # pylint: disable=g-import-not-at-top
   grid = grid_lib.Grid(epochs=settings['epochs'],

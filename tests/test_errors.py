@@ -123,6 +123,31 @@ def test_bad_trainer_flags_are_one_error_line(tmp_path, flag, fragment):
   assert_one_error_line(res, fragment)
 
 
+# Every binary that writes files, its output flag and the least it needs to start.
+OUTPUT_FLAGS = [
+    ('train', 'root_output_dir', []), ('grid', 'root_output_dir', ['--grid=seed=0,1']),
+    ('feddyn', 'root_output_dir', []), ('fedgbo', 'root_output_dir', []),
+    ('quadratic_toy', 'output_dir', []), ('nastya', 'output_dir', []),
+    ('table6', 'output_dir', []), ('local_update_decay', 'root_output_dir', []),
+    ('reproduce', 'root_output_dir', ['--experiment=nastya_mushrooms_fig2']),
+    ('reproduce', 'root_output_dir', ['--report'])]
+
+
+@pytest.mark.parametrize('binary,flag,extra', OUTPUT_FLAGS,
+                         ids=lambda v: v if isinstance(v, str) else None)
+def test_an_unusable_output_directory_is_refused_before_the_work(tmp_path, binary, flag,
+                                                                  extra):
+  """A directory that cannot be made (a path under a file) is one error line
+  naming the flag, in seconds: quadratic_toy, nastya and reproduce wrote their
+  outputs only after training, and then failed with a traceback."""
+  blocker = tmp_path / 'a_file'
+  blocker.write_text('')
+  start = time.monotonic()
+  res = run([f'experiments.{binary}', f'--{flag}={blocker}/out', *extra])
+  assert_one_error_line(res, 'cannot use the output directory', f'--{flag}')
+  assert time.monotonic() - start < 60  # no training ran (a run takes minutes)
+
+
 def test_missing_dataset_is_one_error_line_naming_the_file(tmp_path):
   res = run(['experiments.train', '--task=emnist_character', f'--cache_dir={tmp_path}',
              f'--root_output_dir={tmp_path}', '--noprogress'])

@@ -351,16 +351,20 @@ def test_a_checkpoint_saved_as_a_savedmodel_resumes_exactly(runs, algorithms, ta
 
 # -- checkpoints lost, metrics kept: refuse, or --restart ----------------------
 def test_lost_checkpoints_are_refused_and_restart_starts_over(runs, algorithms, task,
-                                                               tmp_path):
+                                                               tmp_path, capsys):
   out = damaged_copy(runs, 'feddyn', tmp_path)
   shutil.rmtree(out / 'checkpoints')
   with pytest.raises(UserError, match=r'checkpoints is missing, but checkpoints.json says '
                      r'the run reached round 4; .*--restart'):
     resume(algorithms, task, 'feddyn', out)
   assert len(metrics(out)) == 4  # nothing was dropped
+  capsys.readouterr()
   result = training.run_training(algorithms['feddyn'], task, config(str(out), restart=True))
   assert result.resumed_from == 0
   assert_same_model(runs, 'feddyn', out, result)
+  # The restart says what it removed (it had done so silently).
+  note = [l for l in capsys.readouterr().err.splitlines() if '--restart removed' in l]
+  assert len(note) == 1 and 'metrics.csv' in note[0] and str(out) in note[0], note
 
 
 def test_checkpoint_past_total_rounds_is_refused(runs, algorithms, task, tmp_path):

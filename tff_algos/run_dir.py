@@ -102,13 +102,19 @@ def check_free(out_dir: str) -> None:
 
 
 def clear(out_dir: str) -> None:
-  """Removes a run's outputs (`--restart`); other files are left alone."""
+  """Removes a run's outputs (`--restart`), saying so; other files are left alone."""
+  removed = []
   for name in ARTEFACTS:
     path = os.path.join(out_dir, name)
     if os.path.isdir(path):
       shutil.rmtree(path)
     elif os.path.exists(path):
       os.remove(path)
+    else:
+      continue
+    removed.append(name)
+  if removed:
+    notice(f'--restart removed the earlier run in {out_dir} ({", ".join(removed)})')
 
 
 def file_sums(directory: str) -> dict[str, int]:

@@ -354,8 +354,11 @@ def main(argv):
     result = run_experiment(exp, FLAGS.scale, root, progress=progress)
   except Exception as e:  # data missing at full scale, a binary failing, ...
     from tasks.base import TaskError
+    from tasks.tff_data import SYNTHETIC_HINT
     if isinstance(e, (TaskError, ValueError)):
-      return common.fail(e)
+      # reproduce has no --use_synthetic_data: its offline check is --scale=smoke.
+      return common.fail(str(e).replace(
+          SYNTHETIC_HINT, 'Or run --scale=smoke (the embedded data: a check of the pipeline),'))
     raise
   print(result['table'])
   print(f'result: {os.path.join(out_dir, "result.json")}  plot: {result["plot"]}')

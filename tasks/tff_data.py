@@ -135,6 +135,11 @@ def download_allowed(allow_download: Optional[bool] = None) -> bool:
   return os.environ.get(ALLOW_DOWNLOAD_ENV, '').lower() in ('1', 'true', 'yes')
 
 
+# The last line's first words; a binary without --use_synthetic_data
+# (experiments.reproduce) replaces them with its own way to run offline.
+SYNTHETIC_HINT = "Or run with --use_synthetic_data to use TFF's small synthetic stand-in,"
+
+
 def _missing_message(what: str, file_name: str, directory: str, url: str,
                      how_to_unpack: str) -> str:
   return (
@@ -145,8 +150,7 @@ def _missing_message(what: str, file_name: str, directory: str, url: str,
       f'To use the real data, download {url} elsewhere, {how_to_unpack} and '
       f'put {file_name} in {directory} (or pass --cache_dir to use another '
       'directory).\n'
-      'Or run with --use_synthetic_data to use TFF\'s small synthetic stand-in,'
-      f' or set {ALLOW_DOWNLOAD_ENV}=1 to let TFF attempt the download.')
+      f'{SYNTHETIC_HINT} or set {ALLOW_DOWNLOAD_ENV}=1 to let TFF attempt the download.')
 
 
 def check_sqlite(dataset: str, cache_dir: Optional[str] = None) -> str:

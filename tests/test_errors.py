@@ -154,6 +154,15 @@ def test_missing_dataset_is_one_error_line_naming_the_file(tmp_path):
   assert_one_error_line(res, 'emnist_all.sqlite', str(tmp_path))
 
 
+def test_reproduce_without_the_data_offers_its_own_offline_run(tmp_path):
+  """The missing-file message names the file; from reproduce, which has no
+  --use_synthetic_data, its offline way is --scale=smoke."""
+  res = run(['experiments.reproduce', '--experiment=fedopt_baselines_emnist_cr_fedavg',
+             '--scale=full', f'--cache_dir={tmp_path}', f'--root_output_dir={tmp_path}'])
+  assert_one_error_line(res, 'emnist_all.sqlite', str(tmp_path))
+  assert '--scale=smoke' in res.stderr and '--use_synthetic_data' not in res.stderr
+
+
 def test_malformed_libsvm_file_is_one_error_line_naming_the_line(tmp_path):
   path = tmp_path / 'bad.libsvm'
   path.write_text('1 1:0.5 2:0.25\n-1 this is not libsvm\n')

@@ -24,6 +24,7 @@ from absl import app
 from absl import flags
 from absl import logging
 
+from tff_algos import run_dir
 from tff_algos.errors import UserError
 
 USAGE_ERROR = 2  # exit status for bad flags or inputs
@@ -43,8 +44,7 @@ def writable_dir(path: str, flag: str) -> str:
     with tempfile.NamedTemporaryFile(dir=path, prefix='.write_check'):
       pass
   except OSError as e:
-    raise UserError(f'cannot use the output directory {path} ({e.strerror}); '
-                    f'choose another --{flag}') from None
+    raise run_dir.unusable_dir(path, e, flag) from None
   return path
 
 

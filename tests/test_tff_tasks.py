@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import hashlib
 import json
 import math
@@ -382,15 +383,17 @@ def test_stackoverflow_missing_counts(tmp_path, monkeypatch):
   assert 'stackoverflow.word_count.tar.bz2' in message
 
 
+def _cifar100_examples(rng: np.random.RandomState, n: int) -> collections.OrderedDict:
+  """n random examples in the layout of TFF's cifar100.sqlite."""
+  return collections.OrderedDict(
+      coarse_label=rng.randint(0, 20, size=n).astype(np.int64),
+      image=rng.randint(0, 256, size=(n, 32, 32, 3)).astype(np.uint8),
+      label=rng.randint(0, 100, size=n).astype(np.int64))
+
+
 def test_cifar100_sqlite_end_to_end(tmp_path):
   rng = np.random.RandomState(0)
-
-  def examples(n):
-    return collections.OrderedDict(
-        coarse_label=rng.randint(0, 20, size=n).astype(np.int64),
-        image=rng.randint(0, 256, size=(n, 32, 32, 3)).astype(np.uint8),
-        label=rng.randint(0, 100, size=n).astype(np.int64))
-
+  examples = functools.partial(_cifar100_examples, rng)
   clients = {'0': ('train', examples(3)), '1': ('train', examples(2)),
              '7': ('test', examples(5))}
   _write_sqlite(tmp_path / 'cifar100.sqlite', clients)
@@ -414,13 +417,7 @@ def test_cifar100_authors_code_pipeline(tmp_path):
   layer takes 6*6*64 = 2304 inputs, as the code's."""
   from tasks import cifar100
   rng = np.random.RandomState(1)
-
-  def examples(n):
-    return collections.OrderedDict(
-        coarse_label=rng.randint(0, 20, size=n).astype(np.int64),
-        image=rng.randint(0, 256, size=(n, 32, 32, 3)).astype(np.uint8),
-        label=rng.randint(0, 100, size=n).astype(np.int64))
-
+  examples = functools.partial(_cifar100_examples, rng)
   clients = {'0': ('train', examples(4)), '7': ('test', examples(5))}
   _write_sqlite(tmp_path / 'cifar100.sqlite', clients)
   task = _build('cifar100_image', cache_dir=str(tmp_path), model='cnn004_code',

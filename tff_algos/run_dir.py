@@ -64,6 +64,12 @@ def notice(message: str) -> None:
   print(f'note: {message}', file=sys.stderr, flush=True)
 
 
+def unusable_dir(out_dir: str, error: OSError, flag: str = 'root_output_dir') -> UserError:
+  """The refusal of an output directory that cannot be made or written."""
+  return UserError(f'cannot use the output directory {out_dir} ({error.strerror}); '
+                   f'choose another --{flag}')
+
+
 @contextlib.contextmanager
 def lock(out_dir: Optional[str]) -> Iterator[None]:
   """Holds `out_dir`'s run lock (nothing without a directory); a second
@@ -75,8 +81,7 @@ def lock(out_dir: Optional[str]) -> Iterator[None]:
     os.makedirs(out_dir, exist_ok=True)
     f = open(os.path.join(out_dir, LOCK_FILE), 'a+')
   except OSError as e:
-    raise UserError(f'cannot use the output directory {out_dir} ({e.strerror}); '
-                    'choose another --root_output_dir') from None
+    raise unusable_dir(out_dir, e) from None
   try:
     try:
       fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -138,13 +138,22 @@ def _table1(max_acc, min_train, fraction, what='Max Test Acc'):
   return tuple(out)
 
 
+# Assumed GPU milliseconds a client step, per dataset (not measured).
+MS_PER_STEP = {'stackoverflow': 1.0, 'femnist': 3.0, 'shakespeare': 5.0}
+
+
+def _runtime_text(steps: int, num_runs: int, ms_per_step: float) -> str:
+  """The expected runtime of `steps` client steps a seed over `num_runs` runs."""
+  hours = steps * len(SEEDS) * ms_per_step / 3.6e6
+  return (f'~{hours:.0f} h on one GPU: {steps * len(SEEDS) / 1e6:.1f} M client steps '
+          f'(rounds x M x K_t over {num_runs} runs x {len(SEEDS)} seeds) at '
+          f'~{ms_per_step:g} ms/step (assumed, not measured)')
+
+
 def _runtime(ks, ms_per_step: float, decays) -> str:
   steps = sum(CLIENTS_PER_ROUND * (_client_steps(k) * 2 + _client_steps(k, d))
               for k, d in zip(ks, decays))
-  hours = steps * len(SEEDS) * ms_per_step / 3.6e6
-  return (f'~{hours:.0f} h on one GPU: {steps * len(SEEDS) / 1e6:.1f} M client steps '
-          f'(rounds x M x K_t over 9 runs x 5 seeds) at ~{ms_per_step:g} ms/step '
-          '(assumed, not measured)')
+  return _runtime_text(steps, 9, ms_per_step)
 
 
 # StackOverflow tag prediction: FedAdam (server Adam, eta_0 = 0.3 = its alpha,
@@ -174,7 +183,8 @@ STACKOVERFLOW = Experiment(
     published=_table1({10: (0.37, 0.41), 33: (0.40, 0.46), 100: (0.44, 0.42)},
                       {10: (0.02, 0.02), 33: (0.02, 0.02), 100: (0.02, 0.02)},
                       {10: 0.55, 33: 0.51, 100: 0.50}, what='Max Test Recall@5'),
-    expected_runtime=_runtime((10, 33, 100), 1.0, (0.9996, 0.9996, 0.9996)),
+    expected_runtime=_runtime((10, 33, 100), MS_PER_STEP['stackoverflow'],
+                              (0.9996, 0.9996, 0.9996)),
     notes=(
         'Published "accuracy" values are Recall@5 (tf.keras.metrics.Recall on the top-5 '
         'predictions; the runner reads the recall_at_5 eval metric). Per-client cap: App. B '
@@ -217,7 +227,7 @@ FEMNIST = Experiment(
     published=_table1({3: (0.91, 0.91), 10: (0.92, 0.92), 33: (0.91, 0.92)},
                       {3: (0.22, 0.23), 10: (0.11, 0.16), 33: (0.05, 0.14)},
                       {3: 0.65, 10: 0.55, 33: 0.26}),
-    expected_runtime=_runtime((3, 10, 33), 3.0, (0.9996, 0.9996, 0.999)),
+    expected_runtime=_runtime((3, 10, 33), MS_PER_STEP['femnist'], (0.9996, 0.9996, 0.999)),
     notes=(
         'K = 3, 10, 33 as Table 1 (Table 5 labels the third row K = 100; the step fraction '
         '0.26 of Table 1 matches K0 = 33 with d_K = 0.999, see module docstring). Clients: '
@@ -252,7 +262,8 @@ SHAKESPEARE = Experiment(
     published=_table1({10: (0.55, 0.54), 33: (0.57, 0.56), 100: (0.57, 0.58)},
                       {10: (1.33, 1.44), 33: (1.12, 1.23), 100: (0.87, 0.84)},
                       {10: 0.55, 33: 0.51, 100: 0.50}),
-    expected_runtime=_runtime((10, 33, 100), 5.0, (0.9996, 0.9996, 0.9996)),
+    expected_runtime=_runtime((10, 33, 100), MS_PER_STEP['shakespeare'],
+                              (0.9996, 0.9996, 0.9996)),
     notes=(
         "Paper: LEAF Shakespeare, the 1000 roles with most samples, last 20 % of each role's "
         'lines as test set, 77-character vocabulary; ours: TFF shakespeare (715 roles, all '
@@ -261,6 +272,16 @@ SHAKESPEARE = Experiment(
     data='TFF shakespeare.sqlite (tff.simulation.datasets.shakespeare) in --cache_dir',
 )
 
+
+
+def _figure(exp: Experiment) -> str:
+  """'Fig. 2' of an experiment whose ref starts 'Fig. 2 (a)-(c)'."""
+  return exp.ref.split(' (a)')[0]
+
+
+def _panel_a_name(exp: Experiment) -> str:
+  """The name of `exp`'s panel-(a) experiment (`_constant_only`)."""
+  return exp.name.replace('_table1', f'_fig{_figure(exp)[-1]}a')
 
 
 def _decaying_only(exp: Experiment) -> Experiment:
@@ -272,26 +293,23 @@ def _decaying_only(exp: Experiment) -> Experiment:
       description=exp.description.replace(
           'constant gamma/K, decaying gamma and decaying K', 'decaying gamma and decaying K'),
       notes=exp.notes + f' The constant-gamma/K runs of panel (a) are the experiment '
-                        f'{exp.name.replace("_table1", "_fig" + exp.ref[5] + "a")}.')
+                        f'{_panel_a_name(exp)}.')
 
 
 def _constant_only(exp: Experiment, ms_per_step: float) -> Experiment:
   """`exp`'s constant-gamma/K runs alone: its figure's panel (a), as an
   experiment of its own (no published number; the curves)."""
   runs = tuple(r for r in exp.runner.runs if r.label.startswith('const_'))
-  figure = exp.ref.split(' (a)')[0]  # 'Fig. 2'
+  figure = _figure(exp)
   steps = sum(CLIENTS_PER_ROUND * _client_steps(r.flags['local_steps']) for r in runs)
   return dataclasses.replace(
-      exp, name=exp.name.replace('_table1', f'_fig{figure[-1]}a'),
+      exp, name=_panel_a_name(exp),
       runner=dataclasses.replace(exp.runner, runs=runs),
       ref=f'{figure} (a), Table 5',
       description=exp.description.replace(
           'constant gamma/K, decaying gamma and decaying K', 'constant gamma/K (panel (a))'),
       published=(),
-      expected_runtime=(f'~{steps * len(SEEDS) * ms_per_step / 3.6e6:.0f} h on one GPU: '
-                        f'{steps * len(SEEDS) / 1e6:.1f} M client steps (rounds x M x K over '
-                        f'{len(runs)} runs x {len(SEEDS)} seeds) at ~{ms_per_step:g} ms/step (assumed, not '
-                        'measured)'),
+      expected_runtime=_runtime_text(steps, len(runs), ms_per_step),
       notes=exp.notes + f' Panel (a) of {figure}: the constant-gamma/K runs, which Table 1 '
                         f'does not report; {exp.name} has the decaying runs.')
 
@@ -303,4 +321,5 @@ ALL_EXPERIMENTS: tuple[Experiment, ...] = (QUADRATIC, STACKOVERFLOW, FEMNIST, SH
 # its own, so that a Table 1 reproduction does not also run panel (a).
 EXPERIMENTS: tuple[Experiment, ...] = (QUADRATIC,) + tuple(
     _decaying_only(e) for e in ALL_EXPERIMENTS[1:]) + tuple(
-        _constant_only(e, ms) for e, ms in zip(ALL_EXPERIMENTS[1:], (1.0, 3.0, 5.0)))
+        _constant_only(e, MS_PER_STEP[dataset]) for e, dataset in zip(
+            ALL_EXPERIMENTS[1:], ('stackoverflow', 'femnist', 'shakespeare')))

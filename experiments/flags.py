@@ -24,6 +24,7 @@ from absl import flags
 from experiments import runtime_flags
 from tasks import list_tasks
 from tff_algos import hparams as hparams_lib
+from tff_algos import flag_rules
 from tff_algos import registry
 from tff_algos.errors import UserError
 
@@ -242,6 +243,9 @@ def run_config(output_dir, args: Optional[TrainerArgs] = None):
                    rounds_per_call=a.rounds_per_call)
 
 
+_WARNED: set[str] = set()
+
+
 def validate(grid: bool = False, args: Optional[TrainerArgs] = None):
   """All cheap checks; raises FlagError with one readable message.
 
@@ -260,6 +264,9 @@ def validate(grid: bool = False, args: Optional[TrainerArgs] = None):
     _flag_hparams(a).server_optimizer_spec()
     hp = hparams(grid, a)
     registry.check_flags(a.algorithm, hp)  # no TensorFlow up to here
+    for warning in set(flag_rules.warnings(a.algorithm, hp)) - _WARNED:
+      _WARNED.add(warning)  # once a process: a grid validates each run twice
+      print(f'warning: {warning}', file=sys.stderr)
     from tasks import check_options  # pylint: disable=g-import-not-at-top
     options = task_options(a)
     check_options(a.task, options)

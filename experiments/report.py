@@ -44,17 +44,25 @@ TRAINING_TABLE_LEGEND = ('round_*: that round alone (train loss: mean over its c
                          'cum_*: rounds 1 to that round')
 
 
+TABLE_LINES = 10  # rows shown for a task without evaluations (e.g. the quadratic toy)
+
+
 def training_table(rows: Sequence[dict]) -> str:
   """One line per evaluation: the round's train loss and time, the evaluation,
-  and the cost so far; the last line says which columns are which."""
+  and the cost so far; the last line says which columns are which. A task
+  without evaluations (no test set) gets about `TABLE_LINES` evenly spaced
+  rounds and the last one, so its train loss is not left out."""
   evals = eval_metric_names(rows)
+  stride = max(1, math.ceil(len(rows) / TABLE_LINES))
+  shown = lambda i, row: (any(e in row for e in evals) if evals else
+                          int(row['round']) % stride == 0 or i == len(rows) - 1)
   header = ['round', 'round_train_loss'] + ['eval_' + e[len('eval/'):] for e in evals] + [
       'cum_client_steps', 'cum_upload_MB', 'round_time_s']
   table, steps, up = [], 0.0, 0.0
-  for row in rows:
+  for i, row in enumerate(rows):
     steps += row.get('client_work/client_steps', 0.0)
     up += row.get('upload_bytes', 0.0)
-    if any(e in row for e in evals):
+    if shown(i, row):
       table.append([int(row['round']), row.get('client_work/train/loss', float('nan'))] +
                    [row.get(e, float('nan')) for e in evals] +
                    [int(steps), up / 1e6, row.get('round_time_s', float('nan'))])
@@ -175,6 +183,6 @@ def print_run_results(out_dir: str, final_eval: dict) -> None:
           'keeps the totals', file=sys.stderr)
   final = ', '.join(f'{k}={v:.4f}' for k, v in final_eval.items()
                     if k not in ('num_examples', 'num_batches'))
-  print(f'final eval: {final}')
+  print(f'final eval: {final or "none (this task has no evaluation set)"}')
   if rows:
     print(f'metrics: {path}  figure: {figure}')

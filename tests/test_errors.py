@@ -100,6 +100,9 @@ def test_help_examples_keep_their_line_continuations():
     ('--total_rounds=-1', 'total_rounds must be >= 1'),
     ('--concurrent_clients=0', '--concurrent_clients must be a positive integer'),
     ('--task=digits --model=nosuchmodel', "has no model 'nosuchmodel'"),
+    ('--local_steps=0', '--local_steps must be >= 1, got 0'),
+    ('--algorithm=fedsgd --client_learning_rate=0.3',
+     'fedsgd does not use --client_learning_rate'),
 ])
 def test_a_bad_flag_value_is_answered_before_tensorflow_loads(tmp_path, flag, fragment):
   argv = ', '.join(f'"{f}"' for f in flag.split())
@@ -425,6 +428,20 @@ def test_training_table_says_which_columns_are_per_round_and_which_cumulative():
   assert lines[3].split() == ['2', '0.5000', '0.2000', '10', '4.0000', '0.5000']
   assert lines[-1].startswith('round_*: that round alone') and 'cum_*: rounds 1 to' in lines[-1]
 
+
+
+def test_a_task_without_evaluations_still_shows_its_train_loss(tmp_path, capsys):
+  """The quadratic toy has no test set: its table printed a header and no row,
+  and `final eval:` nothing, so a 20-round run showed no number at all."""
+  from experiments import report
+  rows = [{'round': r, 'client_work/train/loss': -0.01 * r, 'client_work/client_steps': 10.0,
+           'upload_bytes': 240.0, 'round_time_s': 0.005} for r in range(1, 24)]
+  lines = report.training_table(rows).splitlines()
+  shown = [int(line.split()[0]) for line in lines[2:-1]]
+  assert shown == [3, 6, 9, 12, 15, 18, 21, 23]  # every ceil(23 / 10) = 3rd, and the last
+  assert lines[-2].split()[:3] == ['23', '-0.2300', '230']
+  report.print_run_results(str(tmp_path), {})
+  assert 'final eval: none (this task has no evaluation set)' in capsys.readouterr().out
 
 ANOTHER_BROKEN_PIPE = textwrap.dedent('''
     import os

@@ -71,6 +71,7 @@ def test_small_grid_runs_every_combination(tmp_path):
     rows = list(csv.DictReader(f))
   assert [r['client_learning_rate'] for r in rows] == ['0.5', '0.0']  # sorted by score
   assert float(rows[0]['score']) > float(rows[1]['score'])  # lr 0 cannot learn
+  assert res.stderr.count('warning: --client_learning_rate=0: fedavg clients do not move') == 1
   assert 'best per client_learning_rate' in res.stdout
 
 

@@ -76,7 +76,7 @@ def test_every_spec_names_a_config_and_a_builder_of_its_module():
     assert inspect.signature(config_class.from_hparams).bind(HParams(), **spec.config_args)
     assert list(inspect.signature(getattr(module, spec.builder)).parameters)[:3] == [
         'model_fn', 'config', 'name'], spec.name
-    one_pass = spec.name in ('nastya', 'fedrr')  # they take no --local_steps
+    one_pass = spec.name in ('nastya', 'fedrr', 'fedsgd')  # they take no --local_steps
     hp = HParams() if one_pass else HParams(local_steps=2)
     unset = {f.name for f in dataclasses.fields(HParams)} - {'local_steps'}
     assert isinstance(registry.config(spec.name, registry.with_defaults(spec.name, hp, unset)),
@@ -128,3 +128,14 @@ def test_bad_algorithm_flags_are_answered_without_tensorflow(argv, message):
   error, loaded = res.stdout.strip().splitlines()
   assert message in error
   assert loaded == 'False False', res.stdout
+
+
+def test_a_zero_client_learning_rate_is_a_warning_outside_the_local_update_family():
+  from tff_algos import flag_rules
+  zero = HParams(client_learning_rate=0.0)
+  for name in ('fedavg', 'feddyn', 'scaffold', 'fedprox', 'fedgbo', 'mfl'):
+    (warning,) = flag_rules.warnings(name, zero)
+    assert warning.startswith(f'--client_learning_rate=0: {name} clients do not move')
+    assert flag_rules.warnings(name, HParams()) == []
+  for name in flag_rules.ZERO_CLIENT_STEP_OK:
+    assert name in registry.ALGORITHMS and flag_rules.warnings(name, zero) == []

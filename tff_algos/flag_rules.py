@@ -36,6 +36,39 @@ def keep_defaults(name: str, hp: HParams, flags: Iterable[str], reason: str) -> 
     raise ValueError(f'{name} does not use {", ".join(bad)} ({reason}); leave {them}')
 
 
+def fedsgd(hp: HParams) -> None:
+  keep_defaults('fedsgd', hp, CLIENT_SGD + ('client_learning_rate', 'local_steps',
+                                            'local_steps_decay', 'client_lr_decay'),
+                'fedsgd clients send one gradient at the server model; the server '
+                'optimizer takes the step')
+
+
+# Algorithms whose clients still send a gradient at gamma = 0: the LocalUpdate
+# family (paper 002: Theta's steps at gamma = 0 are minibatch SGD).
+ZERO_CLIENT_STEP_OK = ('local_update', 'reptile', 'fomaml', 'kmaml', 'minibatch_sgd',
+                       'local_update_decay')
+
+
+def client_step(hp: HParams) -> None:
+  """At least one local step (or epoch) a round."""
+  if hp.local_steps is not None and hp.local_steps < 1:
+    raise ValueError(f'--local_steps must be >= 1, got {hp.local_steps}')
+  if hp.client_epochs_per_round < 1:
+    raise ValueError(f'--client_epochs_per_round must be >= 1, got '
+                     f'{hp.client_epochs_per_round}')
+
+
+def warnings(name: str, hp: HParams) -> list[str]:
+  """Legal settings that are most likely a mistake (the binaries print them):
+  a client learning rate of 0 leaves the model where it started, except in the
+  LocalUpdate family; a grid may still want it as a no-learning reference."""
+  if hp.client_learning_rate == 0 and name not in ZERO_CLIENT_STEP_OK + ('fedsgd',):
+    return [f'--client_learning_rate=0: {name} clients do not move, so the model stays '
+            'at its initial weights (gamma = 0 trains only in the LocalUpdate family, '
+            'e.g. --algorithm=minibatch_sgd)']
+  return []
+
+
 def client_schedule(hp: HParams) -> None:
   """K_t = ceil(K_0 d_K^t) needs a K_0."""
   if hp.local_steps is None and hp.local_steps_decay != 1.0:
@@ -142,6 +175,4 @@ def local_update(name: str):
                                           'server_lr_decay'),
                   'LocalUpdate runs client SGD at gamma; use --server_optimizer / the '
                   'decay_* flags')
-    if hp.local_steps is not None and hp.local_steps < 1:
-      raise ValueError(f'--local_steps must be >= 1, got {hp.local_steps}')
   return check

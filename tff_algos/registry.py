@@ -39,7 +39,7 @@ _SPECS = (
                   'server optimizer', 'FedProxConfig', 'build_fedavg', _DEVICE_AVERAGE,
                   rules.client_schedule, config_args={'mu': 0.0}),
     AlgorithmSpec('fedsgd', 'tff_algos.fedopt', 'FedSGD: one gradient per client, server '
-                  'optimizer step', 'FedSGDConfig', 'build_fedsgd'),
+                  'optimizer step', 'FedSGDConfig', 'build_fedsgd', check=rules.fedsgd),
     _local_update('local_update', 'LocalUpdate with --theta (preset or weights), server '
                   'optimizer', preset=False),
     _local_update('reptile', 'LocalUpdate, Theta_{1:K}: FedAvg/Reptile (q in gradient units)'),
@@ -158,6 +158,7 @@ def check_flags(name: str, hp: HParams) -> AlgorithmSpec:
   the optimiser specs and the algorithm's flag rules (raise ValueError)."""
   spec = get(name)
   check_specific_flags(name, hp)
+  rules.client_step(hp)
   if spec.check is not None:
     spec.check(hp)
   hp.client_optimizer_spec()

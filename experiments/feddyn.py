@@ -12,8 +12,9 @@ Runs the grid  --algorithms x --participations x --splits x --unbalanced_sigmas
 `tff_algos.training.run_training` in its own directory under
 <root_output_dir>/<name>/ (resumable: re-running skips what is done). Every
 trainer flag gives the base values (learning rates, epochs, --feddyn_alpha,
---prox_mu, ...). A participation p samples max(1, round(p N)) of the N clients
-per round.
+--prox_mu, ...). A participation p < 1 lets each of the N clients join a round
+with probability p, redrawn while none joins (`--participation_prob`; App. B.1
+and the authors' code), about max(1, round(p N)) a round.
 
 For every setting and target it reports the paper's metric, the number of
 models transmitted (relative to one round of FedAvg, so SCAFFOLD counts two
@@ -201,7 +202,7 @@ def _run_one(task, args: trainer_flags.TrainerArgs, out_dir: str, label: str, pa
   model size in bytes."""
   from tff_algos import training  # pylint: disable=g-import-not-at-top
   _, hp, _ = trainer_flags.validate(grid=True, args=args)
-  print(f'{label} p={part:g} ({args.clients_per_round}/{len(task.client_ids)} clients) '
+  print(f'{label} p={part:g} (~{args.clients_per_round}/{len(task.client_ids)} clients) '
         f'{args.algorithm} seed {args.seed} -> {out_dir}', flush=True)
   # Seeds (and schedule points) of one algorithm share a build (`registry.BuildCache`).
   algorithm = _BUILDS.build(args.algorithm, task.model_fn, hp)
@@ -293,7 +294,9 @@ def main(argv):
         m = clients_per_round(part, n)
         out_dir = os.path.join(root, label, f'p{part:g}', f'{alg}_seed{seed}')
         rows, model_bytes = _run_one(
-            task, setting.override(algorithm=alg, clients_per_round=m), out_dir, label, part)
+            task, setting.override(algorithm=alg, clients_per_round=m,
+                                   participation_prob=part if part < 1 else None),
+            out_dir, label, part)
         _record(results, curves, rows, model_bytes,
                 dict(setting=label, participation=part, clients_per_round=m, algorithm=alg,
                      seed=seed), targets)

@@ -18,7 +18,7 @@ or lognormal-unbalanced ones (`unbalanced_sigma`; the paper uses 0.3).
   characters -> the next one, 100 devices x 2,000) from TFF's roles, its
   Embedding 8 + 2 x LSTM(100).
 
-Models: `models.mlp_200_100` (MNIST, EMNIST-L, digits), `models.cifar_cnn_003`
+Models: `models.MLP_003` (MNIST 200-200, EMNIST-L 100-100; digits 200-100), `models.cifar_cnn_003`
 (CIFAR-10/100), multiclass logistic regression (synthetic).
 
 Synthetic data (paper A.1, after FedProx's Synthetic(alpha, beta)): client i has
@@ -185,11 +185,17 @@ def build_digits(options: TaskOptions) -> base.Task:
                _flat_spec(64), model, 'sklearn digits')
 
 
+def _mlp_003(options: TaskOptions, default: str):
+  """(keras_fn, name) of paper 003's MLP `options.model` (`models.MLP_003`)."""
+  name = options.model or default
+  return (lambda: models.mlp(models.MLP_003[name], 784, 10)), name
+
+
 def build_mnist(options: TaskOptions) -> base.Task:
   x_tr, y_tr, x_te, y_te = load_tfds_arrays('mnist', options.cache_dir)
+  keras_fn, model = _mlp_003(options, 'mlp_200_200')
   return _task('mnist', options, x_tr, y_tr, x_te, y_te,
-               _flat_standardiser(MNIST_MEAN, MNIST_STD),
-               lambda: models.mlp_200_100(784, 10), _flat_spec(784), 'mlp_200_100',
+               _flat_standardiser(MNIST_MEAN, MNIST_STD), keras_fn, _flat_spec(784), model,
                'tfds mnist')
 
 
@@ -205,9 +211,9 @@ def build_emnist_letters10(options: TaskOptions) -> base.Task:
   x_te, y_te = first_letters(x_te, y_te)
   pixels = x_tr.astype(np.float64) / 255.0   # standardised by the training set (reference)
   transform = _flat_standardiser(float(pixels.mean()), float(pixels.std()) or 1.0)
-  return _task('emnist_letters10', options, x_tr, y_tr, x_te, y_te, transform,
-               lambda: models.mlp_200_100(784, 10), _flat_spec(784), 'mlp_200_100',
-               'tfds emnist/letters, letters a-j')
+  keras_fn, model = _mlp_003(options, 'mlp_100_100')
+  return _task('emnist_letters10', options, x_tr, y_tr, x_te, y_te, transform, keras_fn,
+               _flat_spec(784), model, 'tfds emnist/letters, letters a-j')
 
 
 def build_cifar10(options: TaskOptions) -> base.Task:

@@ -44,6 +44,17 @@ def test_grid_helpers_and_table_cells():
   assert '| iid | 0.1 | 0.8 | 15 | 45 (3.0x) | 80+ (>5.3x) |' in md
 
 
+def test_models_per_round_divides_by_each_rounds_own_cohort():
+  """Under --participation_prob cohorts vary: round t counts its download over
+  its own cohort_size (SCAFFOLD: 2 models a client whatever the cohort);
+  rows written before that column fall back to clients_per_round."""
+  from tff_algos import metrics_tables
+  rows = [dict(round=1, cohort_size=1, download_bytes=2 * 100.0),
+          dict(round=2, cohort_size=3, download_bytes=3 * 2 * 100.0),
+          dict(round=3, download_bytes=10 * 2 * 100.0)]
+  assert metrics_tables.models_per_round(rows, 100.0, 10) == [2.0, 2.0, 2.0]
+
+
 def test_bad_flags_fail_before_any_run(tmp_path):
   res = _run('--algorithms=fedavg,no_such_algorithm', f'--root_output_dir={tmp_path}')
   assert res.returncode == 2 and 'unknown algorithms' in res.stderr

@@ -221,6 +221,11 @@ def test_tfds_tasks_load_through_mock_data(task_name, tmp_path):
   assert out.predictions.shape[-1] == classes and np.isfinite(float(out.loss))
   if task_name == 'emnist_letters10':  # mock labels 0..36: only 1..10 are kept
     assert task.info['num_train_examples'] < 80
+  # Paper 003's MLPs by default (App. A.2, the authors' utils_models.py).
+  default = {'mnist': 'mlp_200_200', 'emnist_letters10': 'mlp_100_100'}.get(task_name)
+  if default:
+    hidden = [v.shape[-1] for v in model.trainable_variables if len(v.shape) == 1][:-1]
+    assert task.info['model'] == default and hidden == list(models.MLP_003[default])
 
 
 def test_mnist_and_emnist_letters_are_standardised_as_the_reference_code(monkeypatch):
@@ -245,6 +250,11 @@ def test_mnist_and_emnist_letters_are_standardised_as_the_reference_code(monkeyp
 
 def test_paper003_model_sizes():
   assert models.mlp_200_100().count_params() == 784 * 200 + 200 + 200 * 100 + 100 + 1010
+  # App. A.2 and the authors' utils_models.py: MNIST 784-200-200-10, EMNIST-L 784-100-100-10.
+  mlp = lambda name: models.mlp(models.MLP_003[name], 784, 10)
+  assert mlp('mlp_200_200').count_params() == 199_210
+  assert mlp('mlp_100_100').count_params() == 89_610
+  assert [layer.units for layer in mlp('mlp_100_100').layers] == [100, 100, 10]
   assert models.cifar_cnn_003(10).count_params() == 797_962
   assert models.cifar_cnn_003(100).count_params() == 797_962 + 192 * 90 + 90
   lstm = models.shakespeare_lstm_003(80, return_sequences=False)

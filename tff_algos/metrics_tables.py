@@ -6,9 +6,10 @@ FedAvg and FedProx send one model to each sampled client per round, SCAFFOLD
 two (the model and the server control variate), so SCAFFOLD's count is twice
 its rounds. Here the count is not a hand table: round t contributes
 
-    download_bytes_t / (clients_per_round * model_bytes)
+    download_bytes_t / (cohort_size_t * model_bytes)
 
-from the run's metrics.csv (written by `tff_algos.training` from the TFF type
+from the run's metrics.csv (cohort_size_t: the round's column, or the run's
+clients_per_round for rows written before that column existed) (written by `tff_algos.training` from the TFF type
 signature of the client computation) and summary.json. Scalars an algorithm
 broadcasts besides the model (round number, learning rate) are counted too,
 so FedAvg's per-round count is 1.0001 rather than 1 for a small MLP.
@@ -54,14 +55,17 @@ def _higher_is_better(metric: str) -> bool:
 
 def models_per_round(rows: Sequence[dict], model_bytes: float,
                      clients_per_round: int) -> list[float]:
-  """Models sent to ONE client in each round (1 for FedAvg, 2 for SCAFFOLD)."""
+  """Models sent to ONE client in each round (1 for FedAvg, 2 for SCAFFOLD),
+  over the round's own cohort (`participation_prob` draws cohorts of several
+  sizes; `clients_per_round` stands in where a row has no cohort_size)."""
   if model_bytes <= 0 or clients_per_round < 1:
     raise ValueError('model_bytes must be > 0 and clients_per_round >= 1')
   out = []
   for row in rows:
     if 'download_bytes' not in row:
       raise ValueError(f'round {row.get("round")} has no download_bytes column')
-    out.append(row['download_bytes'] / (clients_per_round * model_bytes))
+    cohort = row.get('cohort_size', clients_per_round)
+    out.append(row['download_bytes'] / (cohort * model_bytes))
   return out
 
 

@@ -379,6 +379,7 @@ class _RoundStep:
     m = len(cohort)
     all_dropped = _all_clients_dropped(row, m)
     traffic = self.algorithm.traffic
+    row['cohort_size'] = m  # varies under participation_prob
     row['download_bytes'] = m * traffic.download_bytes
     row['upload_bytes'] = m * traffic.upload_bytes
     row['client_flops'] = accounting.round_client_flops(

@@ -59,8 +59,10 @@ flags.DEFINE_float('l2_reg', None, 'l2 regularisation lambda (logistic; default 
 flags.DEFINE_float('unbalanced_sigma', 0.0, 'Paper-003 splits: lognormal client sizes '
                    '(sigma; paper 0.3), 0 = balanced.')
 flags.DEFINE_integer('max_elements_per_user', None, 'Each round a client trains on the '
-                     'first N of its shuffled examples (google-research\'s flag: a fresh '
-                     'subset every round; Reddi et al.: 1000 on StackOverflow).')
+                     'first N of its shuffled examples (TFF baselines\' ClientSpec.max_elements: '
+                     'a fresh subset every round). google-research\'s max_elements_per_user '
+                     '(Reddi et al.: 1000 on StackOverflow) takes before the shuffle: '
+                     '--max_client_examples.')
 flags.DEFINE_enum('synthetic_heterogeneity', 'homogeneous',
                   ['homogeneous', 'type1', 'type2', 'type3'],
                   'synthetic_logistic (paper 003 A.1): which heterogeneity is on.')

@@ -88,16 +88,20 @@ TASKS = (
     TaskSpec('shakespeare_character', 'tasks.shakespeare:build', ('lstm', 'gru', 'gru128'),
              'Shakespeare next-character prediction (715 roles; TFF shakespeare.sqlite):'
              " TFF's LSTM or the papers' GRUs (256 / 128 units)"),
-    TaskSpec('stackoverflow_tag', 'tasks.stackoverflow:build_tag', ('logreg', 'logreg_mean'),
+    TaskSpec('stackoverflow_tag', 'tasks.stackoverflow:build_tag',
+             ('logreg', 'logreg_mean', 'logreg_code'),
              'StackOverflow tag prediction (342,477 users; TFF stackoverflow.sqlite): '
              '1-vs-rest logistic regression, 10k-word bag of words -> 500 tags, '
-             'recall@5; logreg_mean: loss averaged over the batch (paper 000)'),
+             'recall@5; logreg_mean: loss averaged over the batch (paper 000); '
+             "logreg_code: Reddi et al.'s bag of words (a mean over all words)"),
     TaskSpec('stackoverflow_word', 'tasks.stackoverflow:build_word', ('lstm',),
              'StackOverflow next-word prediction (342,477 users; TFF '
              "stackoverflow.sqlite): TFF's LSTM, 10k vocabulary, sequences of 20"),
-    TaskSpec('cifar100_image', 'tasks.cifar100:build', ('resnet18', 'cnn004', 'cnn004_code'),
+    TaskSpec('cifar100_image', 'tasks.cifar100:build',
+             ('resnet18', 'resnet18_gn2', 'cnn004', 'cnn004_code'),
              'Federated CIFAR-100 (500 clients, Pachinko allocation; TFF '
-             "cifar100.sqlite): TFF's GroupNorm ResNet-18 (24x24) or paper 004's CNN "
+             "cifar100.sqlite): TFF's GroupNorm ResNet-18 (24x24; resnet18_gn2: 2 groups, Reddi "
+             "et al.'s code) or paper 004's CNN "
              "(28x28 crops, the paper's text; cnn004_code: 32x32, the authors' code)"),
     TaskSpec('logistic', 'tasks.libsvm:build', ('logreg',),
              'l2-regularised logistic regression on a LIBSVM file '
@@ -108,11 +112,11 @@ TASKS = (
     _paper003('feddyn_digits', 'build_digits', ('mlp_200_100', 'logistic'),
               'scikit-learn digits split as paper 003 (iid|dirichlet, '
               '--unbalanced_sigma), 100 clients (offline)'),
-    _paper003('mnist', 'build_mnist', ('mlp_200_100',),
-              'MNIST (prepared TFDS), paper 003 splits, MLP 200-100'),
-    _paper003('emnist_letters10', 'build_emnist_letters10', ('mlp_200_100',),
+    _paper003('mnist', 'build_mnist', ('mlp_200_200', 'mlp_200_100'),
+              'MNIST (prepared TFDS), paper 003 splits, MLP 200-200 (FedAvg 2NN)'),
+    _paper003('emnist_letters10', 'build_emnist_letters10', ('mlp_100_100', 'mlp_200_100'),
               "EMNIST-L: first 10 letters of TFDS 'emnist/letters' "
-              '(prepared), paper 003 splits, MLP 200-100'),
+              '(prepared), paper 003 splits, MLP 100-100'),
     _paper003('cifar10', 'build_cifar10', ('cnn003',),
               'CIFAR-10 (prepared TFDS), paper 003 splits and CNN'),
     _paper003('cifar100_split', 'build_cifar100', ('cnn003',),
@@ -129,7 +133,7 @@ TASKS = (
     TaskSpec('emnist_autoencoder', 'tasks.emnist_autoencoder:build', ('tff_ae',),
              "Federated EMNIST-62 autoencoder (3,400 writers; TFF emnist_all.sqlite): TFF's "
              'bottleneck autoencoder, MSE (Reddi et al.)'),
-    TaskSpec('cifar10_image', 'tasks.cifar10_image:build', ('resnet18',),
+    TaskSpec('cifar10_image', 'tasks.cifar10_image:build', ('resnet18', 'resnet18_gn2'),
              'CIFAR-10 over 500 clients of 100 images by LDA label skew (Reddi et al.; '
              "prepared tensorflow-datasets cifar10 in --cache_dir): TFF's GroupNorm ResNet-18, "
              '24x24 random crops and flips'),

@@ -38,6 +38,8 @@ NUM_CLASSES = 100
 CROP = {
     'resnet18': (tff.simulation.baselines.cifar100.DEFAULT_CROP_HEIGHT,
                  tff.simulation.baselines.cifar100.DEFAULT_CROP_WIDTH),  # 24
+    'resnet18_gn2': (tff.simulation.baselines.cifar100.DEFAULT_CROP_HEIGHT,
+                     tff.simulation.baselines.cifar100.DEFAULT_CROP_WIDTH),
     'cnn004': (28, 28),
     'cnn004_code': (32, 32),
 }
@@ -71,7 +73,7 @@ def build(options: registry.TaskOptions) -> base.Task:
         normalisation='per channel, fixed means and deviations (the authors\' code)',
         eval_batch_size=EVAL_BATCH_SIZE)
 
-  if model == 'resnet18':
+  if model in ('resnet18', 'resnet18_gn2'):
     create_task = (
         image_classification_tasks.create_image_classification_task_with_datasets)
     baseline = create_task(
@@ -79,6 +81,12 @@ def build(options: registry.TaskOptions) -> base.Task:
         model_id='resnet18', crop_height=height, crop_width=width,
         distort_train_images=False, train_data=train, test_data=raw.test)
     datasets, model_fn = baseline.datasets, baseline.model_fn
+    if model == 'resnet18_gn2':  # Reddi et al.'s GroupNorm groups (`models.REDDI_GN_GROUPS`)
+      model_fn = base.keras_model_fn(
+          lambda: models.cifar_resnet18((height, width, 3), NUM_CLASSES,
+                                        groups=models.REDDI_GN_GROUPS),
+          datasets.element_type_structure, tf.keras.losses.SparseCategoricalCrossentropy,
+          lambda: [tf.keras.metrics.SparseCategoricalAccuracy()])
   else:
     # Building TFF's task here would construct a throwaway ResNet-18, so the
     # same TFF preprocessing is assembled directly.

@@ -11,7 +11,7 @@ without replacement (`partition.dirichlet_prior_split`); alpha is
 
 Model and preprocessing are TFF's CIFAR-100 baseline with 10 classes: ResNet-18
 with GroupNorm on 24x24 images (TFF's `resnet_models.create_resnet18`,
-softmax output), training images randomly cropped and flipped
+softmax output; `resnet18_gn2`: with Reddi et al.'s 2 groups a GroupNorm layer), training images randomly cropped and flipped
 (`tasks.image_augment`), evaluation on the central crop, each image
 standardised.
 """
@@ -22,11 +22,11 @@ import collections
 
 import numpy as np
 import tensorflow as tf
-from tensorflow_federated.python.simulation.models import resnet_models
 
 from tasks import base
 from tasks import feddyn_data
 from tasks import image_augment
+from tasks import models
 from tasks import partition
 from tasks import registry
 
@@ -36,6 +36,8 @@ NUM_CLIENTS = 500
 EXAMPLES_PER_CLIENT = 100
 CROP_SHAPE = (24, 24, 3)
 EVAL_BATCH_SIZE = 64
+# model -> its GroupNorm groups (None: TFF's 32; `models.REDDI_GN_GROUPS`: Reddi et al.'s code)
+MODELS = {'resnet18': None, 'resnet18_gn2': models.REDDI_GN_GROUPS}
 
 
 def lda_split(labels: np.ndarray, num_clients: int, alpha: float, seed: int
@@ -57,6 +59,7 @@ def _eval_map(example):
 
 
 def build(options: registry.TaskOptions) -> base.Task:
+  model = options.model or 'resnet18'
   x_tr, y_tr, x_te, y_te = feddyn_data.load_tfds_arrays('cifar10', options.cache_dir)
   num_clients = options.num_clients or NUM_CLIENTS
   parts = lda_split(y_tr, num_clients, options.dirichlet_alpha, options.seed)
@@ -67,10 +70,11 @@ def build(options: registry.TaskOptions) -> base.Task:
       EVAL_BATCH_SIZE, lambda ds, batch: ds.map(_eval_map).batch(batch),
       augment_fn=image_augment.augmenting_preprocess(CROP_SHAPE, options.batch_size),
       model_fn=base.keras_model_fn(
-          lambda: resnet_models.create_resnet18(CROP_SHAPE, NUM_CLASSES), element_spec,
+          lambda: models.cifar_resnet18(CROP_SHAPE, NUM_CLASSES, groups=MODELS[model]),
+          element_spec,
           tf.keras.losses.SparseCategoricalCrossentropy,
           lambda: [tf.keras.metrics.SparseCategoricalAccuracy()]),
-      info=dict(model='resnet18', source='tfds cifar10', num_train_clients=num_clients,
+      info=dict(model=model, source='tfds cifar10', num_train_clients=num_clients,
                 examples_per_client=len(parts[0]), partition='lda',
                 dirichlet_alpha=options.dirichlet_alpha, num_test_examples=len(y_te),
                 train_augmentation='random crop, flip', eval_batch_size=EVAL_BATCH_SIZE))

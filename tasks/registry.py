@@ -89,8 +89,10 @@ def limit_examples(task: Task, max_client_examples: Optional[int],
 
 def cap_per_round(task: Task, cap: Optional[int]) -> Task:
   """Each round a client trains on at most `cap` of its examples: the first `cap`
-  of its shuffled examples (google-research's max_elements_per_user, taken after
-  the shuffle as there), so a fresh subset every round when it reshuffles."""
+  of its shuffled examples (TFF baselines' `ClientSpec.max_elements`, taken after
+  the shuffle as there), so a fresh subset every round when it reshuffles.
+  google-research's max_elements_per_user takes before its shuffle, a fixed
+  subset: `limit_examples`."""
   if cap is None:
     return task
   preprocess, augment = task.preprocess_fn, task.augment_fn

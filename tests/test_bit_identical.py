@@ -62,9 +62,9 @@ def context():
 
 
 def hparams(name: str) -> HParams:
-  """Two local steps (one pass for the shuffling methods, which take no K),
+  """Two local steps (one pass for the shuffling methods and FedSGD, which take no K),
   everything else the algorithm's own defaults."""
-  one_pass = name in ('nastya', 'fedrr')
+  one_pass = name in ('nastya', 'fedrr', 'fedsgd')  # they take no --local_steps
   hp = HParams() if one_pass else HParams(local_steps=2)
   unset = {f.name for f in dataclasses.fields(HParams)} - (set() if one_pass else {'local_steps'})
   return registry.with_defaults(name, hp, unset)

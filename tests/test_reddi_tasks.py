@@ -197,3 +197,42 @@ def test_cifar10_image_loads_through_tfds_mock_data(tmp_path):
   assert any('group_normalization' in v.name for v in model.trainable_variables)
   xt, _ = next(iter(task.test_data))
   assert xt.shape[1:] == (24, 24, 3)
+
+
+def test_cifar10_image_resnet18_gn2_has_reddis_two_groups(tmp_path):
+  import tensorflow_datasets as tfds
+  from tasks import get_task
+  (tmp_path / 'cifar10').mkdir()
+  with tfds.testing.mock_data(num_examples=40):
+    task = get_task('cifar10_image', registry.TaskOptions(
+        cache_dir=str(tmp_path), batch_size=5, num_clients=2, model='resnet18_gn2'))
+  keras_model = task.model_fn()._keras_model  # pylint: disable=protected-access
+  norms = [layer for layer in keras_model.layers
+           if isinstance(layer, tf.keras.layers.GroupNormalization)]
+  assert task.info['model'] == 'resnet18_gn2' and len(norms) == 20
+  assert {layer.groups for layer in norms} == {2}
+
+
+def test_stackoverflow_tag_code_features_average_over_all_words():
+  """Reddi et al.'s bag of words: one-hot over V + 1 (OOV last), the MEAN over all
+  words, the OOV column dropped; TFF's divides by the in-vocabulary count."""
+  from tasks import stackoverflow
+  to_ids = stackoverflow.code_bag_of_words(['a', 'b', 'c'], ['t1', 't2'])
+  example = dict(tokens=tf.constant('a b zzz a'), title=tf.constant('c yyy'),
+                 tags=tf.constant('t2|t9'))
+  words, tags = to_ids(example)
+  np.testing.assert_allclose(words.numpy(), [2 / 6, 1 / 6, 1 / 6])  # sums to 4/6 in vocab
+  np.testing.assert_array_equal(tags.numpy(), [0.0, 1.0])
+  task = _build('stackoverflow_tag', use_synthetic_data=True, batch_size=3,
+                model='logreg_code')
+  baseline = _build('stackoverflow_tag', use_synthetic_data=True, batch_size=3)
+  client = task.client_ids[0]
+  (x, y), (x_tff, y_tff) = (next(iter(t.client_dataset(client))) for t in (task, baseline))
+  np.testing.assert_array_equal(y.numpy(), y_tff.numpy())
+  sums, sums_tff = x.numpy().sum(axis=1), x_tff.numpy().sum(axis=1)
+  np.testing.assert_allclose(sums_tff, 1.0, rtol=1e-5)   # TFF: in-vocabulary words only
+  assert np.all(sums <= 1 + 1e-6) and np.all(sums > 0)
+  # The same direction, scaled by each example's in-vocabulary fraction.
+  np.testing.assert_allclose(x.numpy(), x_tff.numpy() * sums[:, None], rtol=1e-5, atol=1e-7)
+  model = task.model_fn()
+  assert np.isfinite(float(model.forward_pass((x, y), training=False).loss))

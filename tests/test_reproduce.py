@@ -448,7 +448,7 @@ def test_reddi_table2_one_experiment_per_task_and_method():
 def test_reddi_tuned_hyperparameters_and_settings():
   f = _reddi_plan('cifar100', 'fedyogi')[1].flags
   assert (f['task'], f['model'], f['client_batch_size'], f['clients_per_round'],
-          f['total_rounds']) == ('cifar100_image', 'resnet18', 20, 10, 4000)
+          f['total_rounds']) == ('cifar100_image', 'resnet18_gn2', 20, 10, 4000)
   assert (f['client_learning_rate'], f['server_learning_rate'], f['server_epsilon'],
           f['server_beta_2'], f['server_initial_accumulator']) == pytest.approx(
               (10 ** -1.5, 1.0, 0.1, 0.999, 0.0))
@@ -465,12 +465,17 @@ def test_reddi_tuned_hyperparameters_and_settings():
 
 
 @pytest.mark.parametrize('task', ['stackoverflow_nwp', 'stackoverflow_lr'])
-def test_reddi_stackoverflow_caps_clients_at_1000_examples(task):
+def test_reddi_stackoverflow_keeps_each_clients_first_1000_examples(task):
+  """google-research's preprocessing: `dataset.take(1000).shuffle(...)`, a fixed
+  subset (--max_client_examples), not a fresh one each round."""
   exp, plan = _reddi_plan(task, 'fedadam')
-  assert plan.flags['max_elements_per_user'] == 1000
-  assert '--max_elements_per_user=1000' in plan.command('out')
+  assert plan.flags['max_client_examples'] == 1000
+  assert 'max_elements_per_user' not in plan.flags
+  assert '--max_client_examples=1000' in plan.command('out')
   options, _, _ = reproduce.validate_plan(plan)
-  assert options.max_elements_per_user == 1000
+  assert options.max_client_examples == 1000 and options.max_elements_per_user is None
+  # SO LR: the code's bag of words (a mean over all words), not TFF's.
+  assert plan.flags['model'] == {'stackoverflow_nwp': 'lstm', 'stackoverflow_lr': 'logreg_code'}[task]
 
 
 def test_reddi_fedadagrad_epsilon_is_outside_the_square_root():
@@ -665,7 +670,7 @@ def test_paper003_hyperparameters_per_setting(name, alpha, epochs, scaffold_k, m
 
 PAPER003_DATA = {  # dataset in the name -> (task, model, batch, weight decay)
     'cifar10': ('cifar10', 'cnn003', 50, 1e-3), 'cifar100': ('cifar100_split', 'cnn003', 50, 1e-3),
-    'mnist': ('mnist', 'mlp_200_100', 50, 1e-4), 'emnistl': ('emnist_letters10', 'mlp_200_100',
+    'mnist': ('mnist', 'mlp_200_200', 50, 1e-4), 'emnistl': ('emnist_letters10', 'mlp_100_100',
                                                              50, 1e-4),
     'shakespeare': ('shakespeare_003', 'lstm100', 100, 1e-4)}
 
@@ -695,6 +700,8 @@ def test_paper003_each_setting_runs_its_data_split_and_cohort(name):
     assert (flags['task'], flags['model'], flags['client_batch_size']) == (task, model, batch)
     assert flags['num_clients'] == devices
     assert flags['clients_per_round'] == max(1, round(int(percent) / 100 * devices))
+    # App. B.1 and the authors' code: each device joins with probability p.
+    assert flags.get('participation_prob') == (None if percent == '100' else int(percent) / 100)
     assert flags['client_weight_decay'] == decay and flags['clip_norm'] == 10.0
     assert flags['report_device_average']
     if dataset == 'shakespeare':

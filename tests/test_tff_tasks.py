@@ -136,7 +136,7 @@ def test_synthetic_forward_pass(name, model):
     assert tuple(preds.shape[1:]) == (62,)
   elif name == 'cifar100_image':
     assert tuple(preds.shape[1:]) == (100,)
-    crop = {'resnet18': 24, 'cnn004': 28, 'cnn004_code': 32}[model]
+    crop = {'resnet18': 24, 'resnet18_gn2': 24, 'cnn004': 28, 'cnn004_code': 32}[model]
     assert tuple(x.shape[1:]) == (crop, crop, 3)
   elif name == 'shakespeare_character':
     assert tuple(preds.shape[1:]) == (80, 90)
@@ -152,10 +152,14 @@ def test_synthetic_forward_pass(name, model):
   names = [v.name for v in m.trainable_variables]
   if name == 'stackoverflow_tag':
     assert 'recall_at_5' in m.report_local_unfinalized_metrics()
-  if model == 'resnet18':
+  if model in ('resnet18', 'resnet18_gn2'):
     assert any('group_normalization' in n for n in names)
     all_variables = m.trainable_variables + m.non_trainable_variables
     assert not any('batch_normalization' in v.name for v in all_variables)
+    norms = [layer for layer in m._keras_model.layers  # pylint: disable=protected-access
+             if isinstance(layer, tf.keras.layers.GroupNormalization)]
+    # TFF's Keras default, or Reddi et al.'s tfa default of 2020 (models.REDDI_GN_GROUPS).
+    assert len(norms) == 20 and {n.groups for n in norms} == {32 if model == 'resnet18' else 2}
   if model == 'gru':
     assert sum('gru' in n and 'recurrent_kernel' in n for n in names) == 2
     assert sorted(tuple(v.shape) for v in m.trainable_variables

@@ -32,12 +32,13 @@ SOURCE = 'google-research/federated optimization/docs/hyperparameters.md'
 # task -> (model, clients per round, batch size, total rounds), "Default values"
 # (CIFAR-10: CIFAR-100's, as in the paper).
 SETTINGS = {
-    'cifar10_image': ('resnet18', 10, 20, 4000),
-    'cifar100_image': ('resnet18', 10, 20, 4000),
+    # ResNet-18 with 2 GroupNorm groups, as the authors' code (`models.REDDI_GN_GROUPS`).
+    'cifar10_image': ('resnet18_gn2', 10, 20, 4000),
+    'cifar100_image': ('resnet18_gn2', 10, 20, 4000),
     'emnist_character': ('cnn_dropout', 10, 20, 1500),
     'shakespeare_character': ('lstm', 10, 4, 1200),
     'stackoverflow_word': ('lstm', 50, 16, 1500),
-    'stackoverflow_tag': ('logreg', 10, 100, 1500),
+    'stackoverflow_tag': ('logreg_code', 10, 100, 1500),  # the code's bag of words
     'emnist_autoencoder': ('tff_ae', 10, 20, 3000),
 }
 METHODS = ('adagrad', 'adam', 'yogi', 'avgm', 'avg')
@@ -85,8 +86,13 @@ DATA = {'cifar10_image': "prepared tensorflow-datasets 'cifar10' under --cache_d
         'stackoverflow_word': 'TFF stackoverflow.sqlite (+ word counts) in --cache_dir',
         'stackoverflow_tag': 'TFF stackoverflow.sqlite (+ word, tag counts) in --cache_dir',
         'emnist_autoencoder': 'TFF emnist_all.sqlite in --cache_dir'}
-# google-research's max_elements_per_user (StackOverflow tasks only).
-MAX_ELEMENTS_PER_USER = {'stackoverflow_word': 1000, 'stackoverflow_tag': 1000}
+# google-research's max_elements_per_user (StackOverflow tasks only): its
+# preprocessing takes a client's first 1000 examples as stored, THEN shuffles
+# (utils/datasets/stackoverflow_word_prediction.py, stackoverflow_lr_dataset.py:
+# `dataset.take(max_elements_per_client).shuffle(...)`), a fixed subset: here
+# --max_client_examples. (TFF's baselines, and --max_elements_per_user, take after
+# the shuffle: a fresh subset every round.)
+MAX_CLIENT_EXAMPLES = {'stackoverflow_word': 1000, 'stackoverflow_tag': 1000}
 # Rough per-step cost on one GPU, ms (assumed, not measured).
 MS_PER_STEP = {'cifar10_image': 8.0, 'cifar100_image': 8.0, 'emnist_character': 2.0,
                'shakespeare_character': 4.0, 'stackoverflow_word': 6.0,
@@ -148,9 +154,9 @@ def _notes(task: str, method: str) -> str:
     notes.append('CIFAR-10: 500 clients of 100 images by LDA with alpha = 0.1 (Hsu et '
                  'al.\'s partition; alpha as Flower\'s reproduction, --dirichlet_alpha).')
   if task.startswith('stackoverflow'):
-    notes.append('Clients train on at most 1000 of their examples per round '
-                 '(google-research\'s max_elements_per_user, taken after the shuffle: a '
-                 'fresh subset every round; --max_elements_per_user=1000); periodic evaluations '
+    notes.append('Clients train on their first 1000 examples as stored '
+                 '(google-research\'s max_elements_per_user, taken before the shuffle: a '
+                 'fixed subset; --max_client_examples=1000); periodic evaluations '
                  'use 10,000 test examples as Reddi et al.\'s validation set '
                  '(--max_eval_examples), the final one the whole test set.')
   if task == 'stackoverflow_tag':
@@ -167,8 +173,8 @@ def experiment(task: str, method: str) -> Experiment:
   steps = rounds * m * MEAN_EXAMPLES[task] / batch
   hours = steps * MS_PER_STEP[task] / 3.6e6
   common = dict(client_batch_size=batch)
-  if task in MAX_ELEMENTS_PER_USER:
-    common.update(max_elements_per_user=MAX_ELEMENTS_PER_USER[task], max_eval_examples=10000)
+  if task in MAX_CLIENT_EXAMPLES:
+    common.update(max_client_examples=MAX_CLIENT_EXAMPLES[task], max_eval_examples=10000)
   task_flags = dict(model=model)
   if task == 'cifar10_image':
     task_flags.update(dirichlet_alpha=0.1)

@@ -16,11 +16,14 @@ def read_metrics(path: str) -> list[dict]:
   return training.read_metrics(path)
 
 
+COUNTS = ('num_examples', 'num_batches', 'num_tokens')  # sizes of the test set, not scores
+
+
 def eval_metric_names(rows: Sequence[dict]) -> list[str]:
   names = []
   for row in rows:
     for k in row:
-      if k.startswith('eval/') and k not in names and not k.endswith(('num_examples', 'num_batches')):
+      if k.startswith('eval/') and k not in names and not k.endswith(COUNTS):
         names.append(k)
   return names
 
@@ -182,7 +185,7 @@ def print_run_results(out_dir: str, final_eval: dict) -> None:
     print(f'note: {path} is missing or empty, so no table or figure; summary.json '
           'keeps the totals', file=sys.stderr)
   final = ', '.join(f'{k}={v:.4f}' for k, v in final_eval.items()
-                    if k not in ('num_examples', 'num_batches'))
+                    if k not in COUNTS)
   print(f'final eval: {final or "none (this task has no evaluation set)"}')
   if rows:
     print(f'metrics: {path}  figure: {figure}')

@@ -331,3 +331,28 @@ def test_finalizer_refuses_a_rejection_that_is_not_a_scalar_bool():
                         tff.learning.models.ModelWeights([np.ones(2, np.float32)], []),
                         [np.ones(2, np.float32)])
   np.testing.assert_array_equal(out.result.trainable[0], np.ones(2, np.float32))
+
+
+def test_token_weighting_weights_each_client_by_its_nonzero_targets(task, client_data,
+                                                                      init_weights):
+  """--token_weighting (Reddi et al.'s num_tokens): the round's model is the mean
+  of the clients' one-client models weighted by their targets != 0 (here: digit
+  labels other than 0), not by their examples."""
+  alg = fedopt.build_fedopt(task.model_fn, fedopt.FedOptConfig(
+      client_optimizer=optimizers.OptimizerSpec('sgd', 0.1), epochs=1, token_weighting=True))
+  pair = client_data[:2]
+  alone = [trainable(alg.process, run_rounds(alg.process, init_weights, [d], 1)[0])
+           for d in pair]
+  both = trainable(alg.process, run_rounds(alg.process, init_weights, pair, 1)[0])
+
+  def targets(d):
+    return np.concatenate([np.asarray(b['y'] if isinstance(b, dict) else b[1]) for b in d])
+  tokens = [np.count_nonzero(targets(d)) for d in pair]
+  examples = [len(targets(d)) for d in pair]
+  assert tokens[0] * examples[1] != tokens[1] * examples[0]  # the two weightings differ
+  expected = [(tokens[0] * a + tokens[1] * b) / sum(tokens) for a, b in zip(*alone)]
+  assert_close(both, expected, 1e-6)
+  by_examples = [(examples[0] * a + examples[1] * b) / sum(examples) for a, b in zip(*alone)]
+  assert max(np.abs(x - y).max() for x, y in zip(both, by_examples)) > 1e-5
+  with pytest.raises(ValueError, match='exclude each other'):
+    fedopt.FedOptConfig(uniform_weighting=True, token_weighting=True)

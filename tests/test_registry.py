@@ -63,7 +63,8 @@ def test_specific_flags_are_derived_from_the_specs():
       'prox_mu': {'fedprox'}, 'scaffold_reference_conventions': {'scaffold'},
       'fedmax_beta': {'fedmax'}, 'fedmax_reference_kl': {'fedmax'},
       'gbo_reference_conventions': {'fedgbo', 'mfl', 'mimelite', 'mimexlite'},
-      'server_adaptive_lr': {'nastya'}, 'client_lr_milestones': {'nastya', 'fedrr'}}
+      'server_adaptive_lr': {'nastya'}, 'client_lr_milestones': {'nastya', 'fedrr'},
+      'token_weighting': {'fedavg'}}
 
 
 def test_every_spec_names_a_config_and_a_builder_of_its_module():

@@ -478,6 +478,17 @@ def test_reddi_stackoverflow_keeps_each_clients_first_1000_examples(task):
   assert plan.flags['model'] == {'stackoverflow_nwp': 'lstm', 'stackoverflow_lr': 'logreg_code'}[task]
 
 
+@pytest.mark.parametrize('task,tokens', [('shakespeare', True), ('stackoverflow_nwp', True),
+                                         ('stackoverflow_lr', False), ('emnist_cr', False),
+                                         ('cifar100', False)])
+def test_reddi_weights_clients_by_tokens_where_the_code_does(task, tokens):
+  """google-research's federated_shakespeare.py / federated_stackoverflow.py pass
+  client_weight_fn = num_tokens; the other tasks weight by examples."""
+  for plan in _reddi_plan(task, 'fedadam')[1:]:
+    assert plan.flags.get('token_weighting', False) is tokens
+    reproduce.validate_plan(plan)
+
+
 def test_reddi_fedadagrad_epsilon_is_outside_the_square_root():
   """The tuned eps of every FedAdagrad run means Keras's lr g / (sqrt(v) + eps):
   one coordinate, one step from v = 0 with g = eps moves lr / 2."""

@@ -32,6 +32,7 @@ from tff_algos.core import composition
 from tff_algos.core import finalizer
 from tff_algos.core import local_training
 from tff_algos.core import optimizers
+from tff_algos.core import rounds
 from tff_algos.core import schedules
 from tff_algos.core.algorithm import FederatedAlgorithm
 from tff_algos.hparams import HParams
@@ -47,6 +48,7 @@ class FedOptConfig:
   client_lr_decay: float = 1.0          # d_gamma
   server_lr_decay: float = 1.0          # d_eta
   uniform_weighting: bool = False       # weight clients by 1 instead of n_i
+  token_weighting: bool = False         # ... by their non-padding target tokens
   # Local-step regularisation of paper 003's reference code (its FedAvg and
   # FedProx baselines): the gradient clipped to this global norm, then
   # weight_decay * y added (`local_training.clip_then_decay`).
@@ -54,6 +56,8 @@ class FedOptConfig:
   clip_norm: Optional[float] = None
 
   def __post_init__(self):
+    if self.uniform_weighting and self.token_weighting:
+      raise ValueError('--uniform_weighting and --token_weighting exclude each other')
     self.client_schedule()  # validates K_0, E, gamma, eta and their decays
     local_training.check_regularization(self.weight_decay, self.clip_norm)
 
@@ -64,7 +68,7 @@ class FedOptConfig:
                local_steps=hp.local_steps, epochs=hp.client_epochs_per_round,
                local_steps_decay=hp.local_steps_decay, client_lr_decay=hp.client_lr_decay,
                server_lr_decay=hp.server_lr_decay, uniform_weighting=hp.uniform_weighting,
-               weight_decay=hp.client_weight_decay, clip_norm=hp.clip_norm)
+               token_weighting=hp.token_weighting, weight_decay=hp.client_weight_decay, clip_norm=hp.clip_norm)
 
   def shared_build_key(self, server_in_state: bool = True) -> 'FedOptConfig':
     """This config with the numbers that FedOpt's computations read from the
@@ -113,9 +117,9 @@ def client_work(model_fn, config: FedOptConfig, correction=None,
   upload `output_fn(outcome, hparams)` (the delta x_t - y_K; FedNova's d_i)."""
   return client_work_lib.build_client_work(
       model_fn, config.client_optimizer.build(), config.client_schedule(),
-      client_weighting=(tff.learning.ClientWeighting.UNIFORM
-                        if config.uniform_weighting else
-                        tff.learning.ClientWeighting.NUM_EXAMPLES),
+      client_weighting=(tff.learning.ClientWeighting.UNIFORM if config.uniform_weighting
+                        else rounds.TOKENS if config.token_weighting
+                        else tff.learning.ClientWeighting.NUM_EXAMPLES),
       output_fn=output_fn,
       correction=local_training.regularized(correction, config.weight_decay,
                                             config.clip_norm))

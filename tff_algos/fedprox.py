@@ -63,6 +63,8 @@ class FedProxConfig:
       raise ValueError('report_device_average runs FedAvg/FedProx with a plain server '
                        'step: use --server_optimizer=sgd without momentum or '
                        '--server_lr_decay')
+    if self.report_device_average and self.fedopt.token_weighting:
+      raise ValueError('--token_weighting is not built for --report_device_average')
 
   def shared_build_key(self) -> 'FedProxConfig':
     """See `FedOptConfig.shared_build_key` (mu stays: it is a constant, as is

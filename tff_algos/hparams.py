@@ -45,6 +45,9 @@ class HParams:
   uniform_weighting: bool = _flag(False, "Weight clients equally, 1/M (TFF's "
                                          'ClientWeighting.UNIFORM), not by examples n_i '
                                          '(NUM_EXAMPLES).')
+  token_weighting: bool = _flag(False, 'fedavg: weight clients by their non-padding target '
+                                       "tokens (Reddi et al.'s code for Shakespeare and "
+                                       'StackOverflow NWP), not by examples n_i.')
   # LocalUpdate / LocalUpdateDecay (paper 002).
   theta: str = _flag('reptile', 'LocalUpdate step weights: reptile, fomaml, kmaml, '
                                 'minibatch_sgd (K = --local_steps, default 10) or numbers '

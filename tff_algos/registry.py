@@ -36,7 +36,8 @@ def _local_update(name: str, description: str, preset: bool = True) -> Algorithm
 
 _SPECS = (
     AlgorithmSpec('fedavg', 'tff_algos.fedprox', 'FedAvg/FedOpt: K steps or E epochs, any '
-                  'server optimizer', 'FedProxConfig', 'build_fedavg', _DEVICE_AVERAGE,
+                  'server optimizer', 'FedProxConfig', 'build_fedavg',
+                  _DEVICE_AVERAGE | {'token_weighting'},
                   rules.client_schedule, config_args={'mu': 0.0}),
     AlgorithmSpec('fedsgd', 'tff_algos.fedopt', 'FedSGD: one gradient per client, server '
                   'optimizer step', 'FedSGDConfig', 'build_fedsgd', check=rules.fedsgd),

@@ -92,6 +92,10 @@ DATA = {'cifar10_image': "prepared tensorflow-datasets 'cifar10' under --cache_d
 # `dataset.take(max_elements_per_client).shuffle(...)`), a fixed subset: here
 # --max_client_examples. (TFF's baselines, and --max_elements_per_user, take after
 # the shuffle: a fresh subset every round.)
+# Clients weighted by their non-padding target tokens, not examples: the code's
+# `client_weight_fn` (optimization/shakespeare/federated_shakespeare.py,
+# optimization/stackoverflow/federated_stackoverflow.py: the num_tokens metric).
+TOKEN_WEIGHTED = ('shakespeare_character', 'stackoverflow_word')
 MAX_CLIENT_EXAMPLES = {'stackoverflow_word': 1000, 'stackoverflow_tag': 1000}
 # Rough per-step cost on one GPU, ms (assumed, not measured).
 MS_PER_STEP = {'cifar10_image': 8.0, 'cifar100_image': 8.0, 'emnist_character': 2.0,
@@ -173,6 +177,8 @@ def experiment(task: str, method: str) -> Experiment:
   steps = rounds * m * MEAN_EXAMPLES[task] / batch
   hours = steps * MS_PER_STEP[task] / 3.6e6
   common = dict(client_batch_size=batch)
+  if task in TOKEN_WEIGHTED:
+    common.update(token_weighting=True)
   if task in MAX_CLIENT_EXAMPLES:
     common.update(max_client_examples=MAX_CLIENT_EXAMPLES[task], max_eval_examples=10000)
   task_flags = dict(model=model)

@@ -24,7 +24,7 @@ from __future__ import annotations
 import collections
 import collections.abc
 import dataclasses
-from typing import Any, Callable, NamedTuple, Optional
+from typing import Any, Callable, NamedTuple, Optional, Union
 
 import attr
 import numpy as np
@@ -201,7 +201,7 @@ class ClientMeasurement:
 
 
 def _client_fn(client_optimizer, output_fn, transform, correction, before_training,
-               by_examples: bool):
+               weight_fn):
   """A client's round: (model, hparams, x_t, dataset) -> (ClientResult,
   metrics, stats)."""
   base_hparams = client_optimizer.get_hparams(
@@ -219,7 +219,7 @@ def _client_fn(client_optimizer, output_fn, transform, correction, before_traini
         correction_fn=None if correction is None else correction(initial_weights))
     kept = rounds.drop_if_non_finite(
         model, rounds.ClientStep(output_fn(outcome, hparams), (), outcome),
-        weight_fn=rounds.examples_weight(dataset, outcome) if by_examples else None)
+        weight_fn=None if weight_fn is None else weight_fn(dataset, outcome))
     stats = kept.stats
     if before_training is not None:
       stats['measured'] = measured[0]
@@ -234,7 +234,7 @@ def build_client_work(
     client_optimizer: tff.learning.optimizers.Optimizer,
     schedule: ClientSchedule,
     *,
-    client_weighting: tff.learning.ClientWeighting = (
+    client_weighting: Union[tff.learning.ClientWeighting, str] = (
         tff.learning.ClientWeighting.NUM_EXAMPLES),
     output_fn: ClientOutputFn = model_delta,
     transform: Optional[local_training.StepTransform] = None,
@@ -248,7 +248,8 @@ def build_client_work(
     client_optimizer: `tff.learning.optimizers.Optimizer` run on clients; its
       learning rate is replaced each round by gamma_t.
     schedule: the round schedule of gamma and K (or epochs).
-    client_weighting: NUM_EXAMPLES (the client's dataset size n_i) or UNIFORM.
+    client_weighting: NUM_EXAMPLES (the client's dataset size n_i), UNIFORM, or
+      `rounds.TOKENS` (its non-padding target tokens, `rounds.tokens_weight`).
     output_fn: picks the uploaded update from the loop's outcome.
     transform: a transform of each step's raw gradient (e.g. LocalUpdate's
       Theta-weighted sum); its final state is the outcome's `transform_state`.
@@ -257,7 +258,9 @@ def build_client_work(
     before_training: a value each client measures at x_t before training.
   """
   types = rounds.model_types(model_fn)
-  by_examples = client_weighting == tff.learning.ClientWeighting.NUM_EXAMPLES
+  by_examples = client_weighting != tff.learning.ClientWeighting.UNIFORM
+  weight_fn = {tff.learning.ClientWeighting.NUM_EXAMPLES: rounds.examples_weight,
+               rounds.TOKENS: rounds.tokens_weight}.get(client_weighting)
 
   @tff.tensorflow.computation
   def initial_state():
@@ -283,7 +286,7 @@ def build_client_work(
                else tff.tensorflow.computation(server_lr_fn, state_type))
 
   client_fn = _client_fn(client_optimizer, output_fn, transform, correction,
-                         before_training, by_examples)
+                         before_training, weight_fn)
 
   @tff.tensorflow.computation(round_hparams.type_signature.result, types.weights, types.data)
   def client_update(hparams, initial_weights, dataset):

@@ -355,6 +355,15 @@ def examples_per_pass(dataset: tf.data.Dataset, outcome: LocalOutcome) -> tf.Ten
                  lambda: count_examples(dataset))
 
 
+def count_target_tokens(dataset: tf.data.Dataset) -> tf.Tensor:
+  """Non-padding target tokens (!= 0) in one pass of a batched (x, y) or
+  {'x', 'y'} dataset (float32): Reddi et al.'s `num_tokens` client weight."""
+  def add(count, batch):
+    targets = batch['y'] if isinstance(batch, dict) else batch[1]
+    return count + tf.reduce_sum(tf.cast(tf.not_equal(targets, 0), tf.float32))
+  return fold(dataset, tf.constant(0.0), add)
+
+
 def count_examples(dataset: tf.data.Dataset) -> tf.Tensor:
   """Examples in one pass of a batched dataset (int64), without a model."""
   def add(count, batch):

@@ -145,6 +145,18 @@ def examples_weight(dataset: tf.data.Dataset, outcome: local_training.LocalOutco
   return lambda: tf.cast(local_training.examples_per_pass(dataset, outcome), tf.float32)
 
 
+def tokens_weight(dataset: tf.data.Dataset, outcome: local_training.LocalOutcome):
+  """A `weight_fn` weighting a client by the non-padding target tokens of one
+  pass over its data (Reddi et al.'s code for Shakespeare and StackOverflow
+  NWP: `client_weight_fn` = the `num_tokens` metric of its one local epoch)."""
+  del outcome
+  return lambda: local_training.count_target_tokens(dataset)
+
+
+# Client weightings of `client_work.build_client_work`: TFF's two, and tokens.
+TOKENS = 'tokens'
+
+
 def measurements(aggregate_metrics, model_metrics, stats, client_learning_rate,
                  **more) -> collections.OrderedDict:
   """The round's measurements (federated values at the server): the model's

@@ -157,3 +157,17 @@ def test_killed_run_leaves_no_worker_and_resumes_to_the_same_model(
       np.testing.assert_allclose(a[k], b[k], rtol=0, atol=1e-6)
   with open(tmp_path / 'killed' / 'metrics.csv') as f:
     assert sum(1 for _ in f) - 1 == rounds
+
+
+def test_the_resume_line_comes_before_the_progress_bar(tmp_path):
+  """Printed after the bar was drawn, 'resuming from round N' landed on the
+  bar's line in a terminal; one stream (as a terminal shows both) keeps the order."""
+  first = run(train_cmd(tmp_path, 'r', 2))
+  assert first.returncode == 0, first.stderr[-2000:]
+  cmd = [a for a in train_cmd(tmp_path, 'r', 4) if a != '--noprogress'] + ['--progress']
+  res = subprocess.run(cmd, cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT),
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                       timeout=300)
+  assert res.returncode == 0, res.stdout[-2000:]
+  resumed, bar = res.stdout.find('resuming from round 2'), res.stdout.find('fedavg:')
+  assert 0 <= resumed < bar, res.stdout[-2000:]

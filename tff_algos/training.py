@@ -411,13 +411,13 @@ class _RoundLoop:
     config, outputs = self.config, self.outputs
     finished = checkpointed = start_round  # rounds fully written / checkpointed
     try:  # from here on, a stop still closes the outputs
+      if start_round:  # before the bar: a line printed after it lands on the bar's line
+        print(f'resuming from round {start_round} (checkpoint in {config.output_dir})',
+              flush=True)
       if config.progress and start_round < config.total_rounds:
         from tqdm import tqdm  # pylint: disable=g-import-not-at-top
         self.bar = tqdm(total=config.total_rounds, initial=start_round, unit='round',
                         desc=self.one_round.algorithm.name, dynamic_ncols=True)
-      if start_round:
-        print(f'resuming from round {start_round} (checkpoint in {config.output_dir})',
-              flush=True)
       dropped_streak = _DroppedStreak(config.max_rounds_all_dropped, _warner(self.bar))
       t_start = time.perf_counter()
       round_num = start_round

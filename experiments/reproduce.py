@@ -353,12 +353,13 @@ def main(argv):
   try:
     result = run_experiment(exp, FLAGS.scale, root, progress=progress)
   except Exception as e:  # data missing at full scale, a binary failing, ...
-    from tasks.base import TaskError
-    from tasks.tff_data import SYNTHETIC_HINT
-    if isinstance(e, (TaskError, ValueError)):
+    from tasks import MissingData, TaskError  # pylint: disable=g-import-not-at-top
+    if isinstance(e, MissingData):
       # reproduce has no --use_synthetic_data: its offline check is --scale=smoke.
-      return common.fail(str(e).replace(
-          SYNTHETIC_HINT, 'Or run --scale=smoke (the embedded data: a check of the pipeline),'))
+      return common.fail(e.offline_instead(
+          'or run --scale=smoke (the embedded data: a check of the pipeline)'))
+    if isinstance(e, (TaskError, ValueError)):
+      return common.fail(e)
     raise
   print(result['table'])
   print(f'result: {os.path.join(out_dir, "result.json")}  plot: {result["plot"]}')

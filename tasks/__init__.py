@@ -4,7 +4,7 @@ Importing the package, listing tasks and checking a request
 (`check_options`) load no TensorFlow; `Task` and `get_task`'s builders do.
 """
 
-from tasks.options import TaskError, TaskOptions
+from tasks.options import MissingData, TaskError, TaskOptions
 from tasks.registry import check_options, get_task, list_tasks
 
 

@@ -14,6 +14,21 @@ class TaskError(UserError, ValueError):
   binaries print it as one `error:` line."""
 
 
+class MissingData(TaskError):
+  """A dataset file that is not there, in one line: what is missing, how to get
+  it, and how to run without it (`offline`: the trainer's --use_synthetic_data
+  by default; `offline_instead` lets a binary without that flag offer its own)."""
+
+  OFFLINE = "or run with --use_synthetic_data (TFF's small synthetic stand-in)"
+
+  def __init__(self, missing: str, get_it: str, offline: str = OFFLINE):
+    self.missing, self.get_it, self.offline = missing, get_it, offline
+    super().__init__(f'{missing}; {get_it}; {offline}')
+
+  def offline_instead(self, offline: str) -> 'MissingData':
+    return MissingData(self.missing, self.get_it, offline)
+
+
 @dataclasses.dataclass(frozen=True)
 class TaskOptions:
   batch_size: int = 20

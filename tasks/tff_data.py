@@ -5,7 +5,7 @@ cifar100}.load_data`) read `<cache_dir>/<file>.sqlite` and, when it is missing,
 download `<file>.sqlite.lzma` from TFF's public bucket and decompress it there
 (`tff.simulation.datasets.download.get_compressed_file`; `cache_dir=None` means
 `~/.tff`). These machines cannot download, so `load` checks for the file first
-and raises `TaskError` naming the file, the directory and the URL. Setting the
+and raises `MissingData` (one line: the file, the directory, the URL). Setting the
 environment variable TFF_ALGOS_ALLOW_DOWNLOAD=1 lets TFF try the download.
 
 StackOverflow also needs TFF's word and tag count files, which TFF fetches with
@@ -30,6 +30,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tasks.base import Task, TaskError
+from tasks.options import MissingData
 
 ALLOW_DOWNLOAD_ENV = 'TFF_ALGOS_ALLOW_DOWNLOAD'
 _BUCKET = 'https://storage.googleapis.com/tff-datasets-public/'
@@ -135,22 +136,14 @@ def download_allowed(allow_download: Optional[bool] = None) -> bool:
   return os.environ.get(ALLOW_DOWNLOAD_ENV, '').lower() in ('1', 'true', 'yes')
 
 
-# The last line's first words; a binary without --use_synthetic_data
-# (experiments.reproduce) replaces them with its own way to run offline.
-SYNTHETIC_HINT = "Or run with --use_synthetic_data to use TFF's small synthetic stand-in,"
-
-
-def _missing_message(what: str, file_name: str, directory: str, url: str,
-                     how_to_unpack: str) -> str:
-  return (
-      f'{what} not found: {os.path.join(directory, file_name)}\n'
-      f'TFF would download it from {url}, but downloads are off by default '
-      '(these machines have no internet access, so a missing file fails fast '
-      'instead of hanging).\n'
-      f'To use the real data, download {url} elsewhere, {how_to_unpack} and '
-      f'put {file_name} in {directory} (or pass --cache_dir to use another '
-      'directory).\n'
-      f'{SYNTHETIC_HINT} or set {ALLOW_DOWNLOAD_ENV}=1 to let TFF attempt the download.')
+def _missing(what: str, file_name: str, directory: str, url: str, how_to_unpack: str,
+             also: str = '') -> MissingData:
+  """One line: downloads are off by default (these machines have no internet
+  access, so a missing file fails fast instead of hanging)."""
+  return MissingData(
+      f'{what} not found: {os.path.join(directory, file_name)}{also}',
+      f'download {url} elsewhere, {how_to_unpack} and put {file_name} in {directory} '
+      f'(or pass --cache_dir), or set {ALLOW_DOWNLOAD_ENV}=1 to let TFF download it')
 
 
 def check_sqlite(dataset: str, cache_dir: Optional[str] = None) -> str:
@@ -158,9 +151,8 @@ def check_sqlite(dataset: str, cache_dir: Optional[str] = None) -> str:
   spec = SQLITE_FILES[dataset]
   path = sqlite_path(dataset, cache_dir)
   if not os.path.isfile(path):
-    raise TaskError(_missing_message(
-        f'{dataset} data file', spec.file_name, os.path.dirname(path),
-        spec.url, f'decompress it (`xz -d {spec.file_name}.lzma`)'))
+    raise _missing(f'{dataset} data file', spec.file_name, os.path.dirname(path),
+                   spec.url, f'decompress it (`xz -d {spec.file_name}.lzma`)')
   try:
     uri = pathlib.Path(path).as_uri() + '?mode=ro'
     with sqlite3.connect(uri, uri=True) as con:
@@ -298,10 +290,9 @@ def stackoverflow_vocab(kind: str, size: int, cache_dir: Optional[str] = None,
     else:
       vocab = list(so.load_tag_counts(cache_dir=directory))
   else:
-    raise TaskError(_missing_message(
-        f'StackOverflow {kind} counts file', spec.member, dirs[0], spec.url,
-        f'unpack it (`tar xjf {spec.archive}`; the archive itself also works)'
-    ) + f'\nAlso searched: {", ".join(dirs[1:])}.')
+    raise _missing(f'StackOverflow {kind} counts file', spec.member, dirs[0], spec.url,
+                   f'unpack it (`tar xjf {spec.archive}`; the archive itself also works)',
+                   also=f' (also searched: {", ".join(dirs[1:])})' if dirs[1:] else '')
   if not vocab:
     raise TaskError(f'the StackOverflow {kind} counts file {path} is empty')
   return vocab[:size]

@@ -154,7 +154,10 @@ def test_an_unusable_output_directory_is_refused_before_the_work(tmp_path, binar
 def test_missing_dataset_is_one_error_line_naming_the_file(tmp_path):
   res = run(['experiments.train', '--task=emnist_character', f'--cache_dir={tmp_path}',
              f'--root_output_dir={tmp_path}', '--noprogress'])
-  assert_one_error_line(res, 'emnist_all.sqlite', str(tmp_path))
+  # The fix on the same line: where to get the file, and how to run without it.
+  assert_one_error_line(res, 'emnist_all.sqlite', str(tmp_path),
+                        'download https://storage.googleapis.com/', '--use_synthetic_data')
+  assert len([line for line in res.stderr.splitlines() if 'emnist_all' in line]) == 1
 
 
 def test_reproduce_without_the_data_offers_its_own_offline_run(tmp_path):
@@ -162,8 +165,8 @@ def test_reproduce_without_the_data_offers_its_own_offline_run(tmp_path):
   --use_synthetic_data, its offline way is --scale=smoke."""
   res = run(['experiments.reproduce', '--experiment=fedopt_baselines_emnist_cr_fedavg',
              '--scale=full', f'--cache_dir={tmp_path}', f'--root_output_dir={tmp_path}'])
-  assert_one_error_line(res, 'emnist_all.sqlite', str(tmp_path))
-  assert '--scale=smoke' in res.stderr and '--use_synthetic_data' not in res.stderr
+  assert_one_error_line(res, 'emnist_all.sqlite', str(tmp_path), '--scale=smoke')
+  assert '--use_synthetic_data' not in res.stderr
 
 
 def test_malformed_libsvm_file_is_one_error_line_naming_the_line(tmp_path):

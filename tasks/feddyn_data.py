@@ -21,6 +21,9 @@ or lognormal-unbalanced ones (`unbalanced_sigma`; the paper uses 0.3).
 Models: `models.MLP_003` (MNIST 200-200, EMNIST-L 100-100; digits 200-100), `models.cifar_cnn_003`
 (CIFAR-10/100), multiclass logistic regression (synthetic).
 
+CIFAR training images are augmented per image as the authors' code does
+(`CIFAR_AUGMENT_PAD`); the test sets are not.
+
 Synthetic data (paper A.1, after FedProx's Synthetic(alpha, beta)): client i has
 y = argmax(theta_i x + b_i), x in R^30, 5 classes, x ~ N(nu_i, diag(k^-1.2)).
 Heterogeneity comes in three types, one at a time (`synthetic_heterogeneity`):
@@ -48,6 +51,7 @@ from tasks import base
 from tasks import catalog
 from tasks import cifar10 as cifar10_task
 from tasks import embedded
+from tasks import image_augment
 from tasks import leaf_shakespeare
 from tasks import models
 from tasks import partition
@@ -58,6 +62,11 @@ EVAL_BATCH = 1000
 # Channel statistics of the training sets (as the reference code normalises).
 CIFAR100_MEAN = (0.5071, 0.4867, 0.4408)
 CIFAR100_STD = (0.2675, 0.2565, 0.2761)
+# The paper is silent on augmentation; the authors' code (utils_dataset.py,
+# `Dataset.__getitem__`, train=True) flips and pad-4-crops each CIFAR training
+# image, after normalising it (`image_augment.flip_then_padded_crop`). Always on:
+# TaskOptions has no augmentation switch. Evaluation images are not augmented.
+CIFAR_AUGMENT_PAD = 4
 
 
 # ------------------------------------------------------- tensorflow-datasets
@@ -134,18 +143,28 @@ def split_clients(labels: np.ndarray, options: TaskOptions,
 
 
 def _task(name, options, x_tr, y_tr, x_te, y_te, transform, keras_fn, element_spec,
-          model, source, default_clients=DEFAULT_CLIENTS) -> base.Task:
+          model, source, default_clients=DEFAULT_CLIENTS, augment_pad=None) -> base.Task:
+  """`augment_pad`: training images flipped and pad-cropped per image
+  (`image_augment.flip_then_padded_crop`) after `transform`; None: none."""
   parts = split_clients(y_tr, options, default_clients)
   sizes = np.array([len(p) for p in parts])
+  batches = lambda ds, batch: ds.batch(batch).map(transform)  # noqa: E731
+  augment_fn, extra = None, {}
+  if augment_pad is not None:
+    augment_fn = image_augment.per_image_augmenting_batches(
+        lambda ds: batches(ds, options.batch_size), augment_pad)
+    extra = dict(train_augmentation=(
+        f'per image: flip p=1/2, then p=1/2 a random crop of the {augment_pad}-zero-padded '
+        "normalised image (the authors' utils_dataset.py)"))
   return partition.array_task(
       name, ('x', 'y'), (x_tr, y_tr), (x_te, y_te), parts, options.batch_size, EVAL_BATCH,
-      lambda ds, batch: ds.batch(batch).map(transform),
-      model_fn=base.logits_classifier_fn(keras_fn, element_spec),
+      batches, model_fn=base.logits_classifier_fn(keras_fn, element_spec),
+      augment_fn=augment_fn,
       info=dict(model=model, source=source, num_train_clients=len(parts),
                 partition=options.partition, dirichlet_alpha=options.dirichlet_alpha,
                 unbalanced_sigma=options.unbalanced_sigma,
                 client_size_mean=float(sizes.mean()), client_size_std=float(sizes.std()),
-                num_train_examples=int(sizes.sum()), num_test_examples=len(y_te)))
+                num_train_examples=int(sizes.sum()), num_test_examples=len(y_te), **extra))
 
 
 MNIST_MEAN, MNIST_STD = 0.1307, 0.3081   # the reference code's Normalize
@@ -220,14 +239,16 @@ def build_cifar10(options: TaskOptions) -> base.Task:
   x_tr, y_tr, x_te, y_te = load_tfds_arrays('cifar10', options.cache_dir)
   return _task('cifar10', options, x_tr, y_tr, x_te, y_te,
                _standardiser(cifar10_task.CHANNEL_MEAN, cifar10_task.CHANNEL_STD),
-               lambda: models.cifar_cnn_003(10), IMAGE_SPEC, 'cnn003', 'tfds cifar10')
+               lambda: models.cifar_cnn_003(10), IMAGE_SPEC, 'cnn003', 'tfds cifar10',
+               augment_pad=CIFAR_AUGMENT_PAD)
 
 
 def build_cifar100(options: TaskOptions) -> base.Task:
   x_tr, y_tr, x_te, y_te = load_tfds_arrays('cifar100', options.cache_dir)
   return _task('cifar100_split', options, x_tr, y_tr, x_te, y_te,
                _standardiser(CIFAR100_MEAN, CIFAR100_STD),
-               lambda: models.cifar_cnn_003(100), IMAGE_SPEC, 'cnn003', 'tfds cifar100')
+               lambda: models.cifar_cnn_003(100), IMAGE_SPEC, 'cnn003', 'tfds cifar100',
+               augment_pad=CIFAR_AUGMENT_PAD)
 
 
 # -------------------------------------------------- synthetic (paper A.1)

@@ -98,3 +98,50 @@ def batch_augmenting_preprocess(crop_shape: Sequence[int], batch_size: int, pad:
         dataset).enumerate().map(augment)
 
   return preprocess
+
+
+def flip_then_padded_crop(images: tf.Tensor, pad: int, key: tf.Tensor) -> tf.Tensor:
+  """[B, H, W, C] images augmented each independently, as paper 003's authors'
+  code does (alpemreacar/FedDyn, utils_dataset.py, `Dataset.__getitem__` with
+  train=True, on already normalised images): flipped left-right with probability
+  1/2; then, with probability 1/2, replaced by the H x W window at a uniform
+  offset in {0..2 pad}^2 of the image zero-padded by `pad` on each side (zero in
+  normalised space). Offset (pad, pad) is the image itself, which is what an
+  image not cropped gets. Drawn by stateless ops from a [2] int64 `key`, a draw
+  per image."""
+  n = tf.shape(images)[0]
+  height, width = images.shape[1], images.shape[2]
+  flip_key, crop_key, offset_key = tf.unstack(
+      tf.random.experimental.stateless_split(key, 3))
+  flip = tf.random.stateless_uniform([n], flip_key) < 0.5
+  images = tf.where(flip[:, None, None, None], tf.reverse(images, [2]), images)
+  crop = tf.random.stateless_uniform([n], crop_key) < 0.5
+  offsets = tf.random.stateless_uniform([n, 2], offset_key, 0, 2 * pad + 1, tf.int32)
+  offsets = tf.where(crop[:, None], offsets, tf.constant(pad, tf.int32))
+  padded = tf.pad(images, [[0, 0], [pad, pad], [pad, pad], [0, 0]])
+  rows = offsets[:, :1] + tf.range(height)   # [B, H] rows of the padded images
+  cols = offsets[:, 1:] + tf.range(width)    # [B, W]
+  images = tf.gather(padded, rows, axis=1, batch_dims=1)
+  return tf.gather(images, cols, axis=2, batch_dims=1)
+
+
+def per_image_augmenting_batches(batches: Callable[[tf.data.Dataset], tf.data.Dataset],
+                                 pad: int, image_key: str = 'x') -> SeededPreprocessFn:
+  """(raw client dataset, seed) -> `batches(dataset)` (dicts of normalised images
+  under `image_key`), each image then augmented by `flip_then_padded_crop` with
+  the key (seed, index of the batch in the epoch): independent draws for every
+  image of the epoch, fresh ones for each seed (the trainer's (seed, round,
+  client) seed). A round that repeats the epoch repeats its draws by position,
+  on images reshuffled into other positions."""
+  def preprocess(dataset: tf.data.Dataset, seed: int) -> tf.data.Dataset:
+    seed = tf.constant(seed, tf.int64)
+
+    def augment(index, batch):
+      batch = type(batch)(batch)   # a copy, of the same mapping type
+      batch[image_key] = flip_then_padded_crop(batch[image_key], pad,
+                                               tf.stack([seed, index]))
+      return batch
+
+    return batches(dataset).enumerate().map(augment)
+
+  return preprocess

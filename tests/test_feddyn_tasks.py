@@ -245,6 +245,98 @@ def test_mnist_and_emnist_letters_are_standardised_as_the_reference_code(monkeyp
   assert abs(emnist.mean()) < 1e-3 and abs(emnist.std() - 1) < 1e-3
 
 
+# ------------------------------------------- CIFAR augmentation (authors' code)
+
+CIFAR_STATS = {'cifar10': (feddyn_data.cifar10_task.CHANNEL_MEAN,
+                           feddyn_data.cifar10_task.CHANNEL_STD),
+               'cifar100_split': (feddyn_data.CIFAR100_MEAN, feddyn_data.CIFAR100_STD)}
+
+
+def _cifar_task(name, monkeypatch, n=400, batch_size=50):
+  rng = np.random.default_rng(1)
+  x = rng.integers(0, 256, (n, 32, 32, 3)).astype(np.uint8)
+  y = rng.integers(0, 10, n).astype(np.int32)
+  x_te = rng.integers(0, 256, (60, 32, 32, 3)).astype(np.uint8)
+  monkeypatch.setattr(feddyn_data, 'load_tfds_arrays', lambda *a: (x, y, x_te, y[:60]))
+  return get_task(name, TaskOptions(batch_size=batch_size, num_clients=4)), x_te
+
+
+def _images(dataset):
+  return [b['x'].numpy() for b in dataset]
+
+
+def _augmentation_of(plain, augmented, pad=4):
+  """(flipped, row offset, column offset) with which `augmented` is `plain`
+  flipped left-right (or not), zero-padded by `pad` and cropped; None if none."""
+  found = []
+  for flipped in (False, True):
+    padded = np.pad(plain[:, ::-1] if flipped else plain, [(pad, pad), (pad, pad), (0, 0)])
+    for dy in range(2 * pad + 1):
+      for dx in range(2 * pad + 1):
+        if np.array_equal(padded[dy:dy + 32, dx:dx + 32], augmented):
+          found.append((flipped, dy, dx))
+  assert len(found) <= 1
+  return found[0] if found else None
+
+
+@pytest.mark.parametrize('name', sorted(CIFAR_STATS))
+def test_paper003_cifar_training_images_are_flipped_and_pad_cropped_per_image(
+    name, monkeypatch):
+  """The authors' utils_dataset.py (`Dataset.__getitem__`, train=True): each
+  normalised training image flipped with probability 1/2, then with probability
+  1/2 a random 32x32 window of it zero-padded by 4."""
+  task, _ = _cifar_task(name, monkeypatch)
+  cid = task.client_ids[0]
+  plain = np.concatenate(_images(task.client_dataset(cid)))  # no seed: not augmented
+  assert 'per image' in task.info['train_augmentation']
+  spec = task.client_dataset(cid, augment_seed=0).element_spec
+  assert spec == task.client_dataset(cid).element_spec == feddyn_data.IMAGE_SPEC
+  draws, images = [], []
+  for seed in range(10):
+    batches = _images(task.client_dataset(cid, augment_seed=seed))
+    assert [len(b) for b in batches] == [50, 50]
+    images.extend(np.concatenate(batches))
+    found = [_augmentation_of(p, a) for p, a in zip(plain, np.concatenate(batches))]
+    assert None not in found   # every image: a flipped and/or shifted copy, zero border
+    assert len(set(found[:50])) > 20   # images of one batch drew their own
+    draws += found
+  flipped = np.mean([f for f, _, _ in draws])
+  cropped = np.mean([(dy, dx) != (4, 4) for _, dy, dx in draws])
+  assert abs(flipped - 0.5) < 0.06                          # 1000 draws, std 0.016
+  assert abs(cropped - 0.5 * 80 / 81) < 0.06                # offset (4, 4) is no shift
+  shifts = [(dy, dx) for _, dy, dx in draws if (dy, dx) != (4, 4)]
+  assert {dy for dy, _ in shifts} == {dx for _, dx in shifts} == set(range(9))
+  # A shifted image has a zero border (zero in normalised space: the channel mean).
+  for (_, dy, dx), image in zip(draws, images):
+    rows = slice(max(0, 4 - dy), 32 - max(0, dy - 4))
+    cols = slice(max(0, 4 - dx), 32 - max(0, dx - 4))
+    assert np.all(image[rows, cols] != 0)
+    assert np.count_nonzero(image) == image[rows, cols].size
+
+
+@pytest.mark.parametrize('name', sorted(CIFAR_STATS))
+def test_paper003_cifar_evaluation_is_not_augmented(name, monkeypatch):
+  task, x_te = _cifar_task(name, monkeypatch)
+  mean, std = CIFAR_STATS[name]
+  test = np.concatenate(_images(task.test_data))
+  np.testing.assert_allclose(test, (x_te / 255.0 - np.array(mean)) / np.array(std),
+                             rtol=1e-5, atol=1e-5)
+  assert np.array_equal(test, np.concatenate(_images(task.test_data)))
+
+
+def test_paper003_cifar_augmentation_is_deterministic_for_a_seed(monkeypatch):
+  task, _ = _cifar_task('cifar10', monkeypatch)
+  cid = task.client_ids[1]
+
+  def images(shuffle_seed, augment_seed):  # as the trainer asks, two epochs
+    ds = task.client_dataset(cid, shuffle_seed, augment_seed=augment_seed).repeat(2)
+    return np.concatenate(_images(ds))
+  a = images(3, 7)
+  assert np.array_equal(a, images(3, 7))           # a rerun (or resume) draws the same
+  assert not np.array_equal(a, images(3, 8))       # another round/client: fresh draws
+  assert not np.array_equal(a[:100], a[100:])      # the epoch is reshuffled
+
+
 # ------------------------------------------------------------------ models
 
 

@@ -117,9 +117,9 @@ TASKS = (
     _paper003('emnist_letters10', 'build_emnist_letters10', ('mlp_100_100', 'mlp_200_100'),
               "EMNIST-L: first 10 letters of TFDS 'emnist/letters' "
               '(prepared), paper 003 splits, MLP 100-100'),
-    _paper003('cifar10', 'build_cifar10', ('cnn003',),
+    _paper003('cifar10', 'build_cifar10', ('cnn003', 'cnn003_text'),
               'CIFAR-10 (prepared TFDS), paper 003 splits and CNN'),
-    _paper003('cifar100_split', 'build_cifar100', ('cnn003',),
+    _paper003('cifar100_split', 'build_cifar100', ('cnn003', 'cnn003_text'),
               "CIFAR-100 (prepared TFDS) split as paper 003 (not TFF's "
               'federated CIFAR-100), paper 003 CNN'),
     TaskSpec('synthetic_logistic', 'tasks.feddyn_data:build_synthetic', ('logreg',),

@@ -235,11 +235,19 @@ def build_emnist_letters10(options: TaskOptions) -> base.Task:
                _flat_spec(784), model, 'tfds emnist/letters, letters a-j')
 
 
+def _cnn_003(options: TaskOptions, num_classes: int):
+  """(keras_fn, element spec, name) of paper 003's CIFAR CNN `options.model`
+  (`models.CNN_003_UNITS`; default the code's 384 units)."""
+  name = options.model or 'cnn003'
+  units = models.CNN_003_UNITS[name]
+  return (lambda: models.cifar_cnn_003(num_classes, units=units)), IMAGE_SPEC, name
+
+
 def build_cifar10(options: TaskOptions) -> base.Task:
   x_tr, y_tr, x_te, y_te = load_tfds_arrays('cifar10', options.cache_dir)
   return _task('cifar10', options, x_tr, y_tr, x_te, y_te,
                _standardiser(cifar10_task.CHANNEL_MEAN, cifar10_task.CHANNEL_STD),
-               lambda: models.cifar_cnn_003(10), IMAGE_SPEC, 'cnn003', 'tfds cifar10',
+               *_cnn_003(options, 10), 'tfds cifar10',
                augment_pad=CIFAR_AUGMENT_PAD)
 
 
@@ -247,7 +255,7 @@ def build_cifar100(options: TaskOptions) -> base.Task:
   x_tr, y_tr, x_te, y_te = load_tfds_arrays('cifar100', options.cache_dir)
   return _task('cifar100_split', options, x_tr, y_tr, x_te, y_te,
                _standardiser(CIFAR100_MEAN, CIFAR100_STD),
-               lambda: models.cifar_cnn_003(100), IMAGE_SPEC, 'cnn003', 'tfds cifar100',
+               *_cnn_003(options, 100), 'tfds cifar100',
                augment_pad=CIFAR_AUGMENT_PAD)
 
 

@@ -173,15 +173,19 @@ def mlp_200_100(input_dim: int = 784, num_classes: int = 10) -> tf.keras.Model:
   return mlp((200, 100), input_dim, num_classes)
 
 
-def cifar_cnn_003(num_classes: int = 10, input_shape: Sequence[int] = (32, 32, 3)
-                  ) -> tf.keras.Model:
-  """Paper 003's CIFAR CNN (its reference code): 2 x [conv5x5(64) 'valid' -ReLU-
-  maxpool2] -> FC384-ReLU -> FC192-ReLU -> FC(classes) logits, no batch norm.
-  (The paper's text says 394; the reference code has 384.) 32x32 -> 28 -> 14
-  -> 10 -> 5, so the first FC layer takes 1,600 inputs: 797,962 parameters
-  with 10 classes."""
+# Paper 003's CIFAR CNN's first FC layer: the text (App. A.2) says 394 units, the
+# authors' code (utils_models.py) 384: model 'cnn003_text' (the configs') / 'cnn003'.
+CNN_003_UNITS = {'cnn003_text': 394, 'cnn003': 384}
+
+
+def cifar_cnn_003(num_classes: int = 10, input_shape: Sequence[int] = (32, 32, 3),
+                  units: int = 384) -> tf.keras.Model:
+  """Paper 003's CIFAR CNN: 2 x [conv5x5(64) 'valid' -ReLU- maxpool2] ->
+  FC`units`-ReLU -> FC192-ReLU -> FC(classes) logits, no batch norm
+  (`CNN_003_UNITS`). 32x32 -> 28 -> 14 -> 10 -> 5, so the first FC layer takes
+  1,600 inputs: 797,962 parameters with 10 classes and 384 units."""
   return conv_pool_net(input_shape, num_classes, 'cifar_cnn_003', filters=(64, 64),
-                       kernel=5, hidden=(384, 192))
+                       kernel=5, hidden=(units, 192))
 
 
 def shakespeare_lstm_003(vocab_size: int, units: int = 100, embedding_dim: int = 8,

@@ -349,6 +349,9 @@ def test_paper003_model_sizes():
   assert [layer.units for layer in mlp('mlp_100_100').layers] == [100, 100, 10]
   assert models.cifar_cnn_003(10).count_params() == 797_962
   assert models.cifar_cnn_003(100).count_params() == 797_962 + 192 * 90 + 90
+  # The text's 394 units (App. A.2) against the code's 384: 10 more in the first FC layer.
+  text = models.cifar_cnn_003(10, units=models.CNN_003_UNITS['cnn003_text'])
+  assert text.count_params() == 797_962 + 10 * (1600 + 1) + 10 * 192
   lstm = models.shakespeare_lstm_003(80, return_sequences=False)
   # embedding 80x8, LSTM(8->100), LSTM(100->100), dense 100->80
   assert lstm.count_params() == 640 + 4 * (100 * 108 + 100) + 4 * (100 * 200 + 100) + 8080

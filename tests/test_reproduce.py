@@ -680,7 +680,8 @@ def test_paper003_hyperparameters_per_setting(name, alpha, epochs, scaffold_k, m
 
 
 PAPER003_DATA = {  # dataset in the name -> (task, model, batch, weight decay)
-    'cifar10': ('cifar10', 'cnn003', 50, 1e-3), 'cifar100': ('cifar100_split', 'cnn003', 50, 1e-3),
+    'cifar10': ('cifar10', 'cnn003_text', 50, 1e-3),
+    'cifar100': ('cifar100_split', 'cnn003_text', 50, 1e-3),
     'mnist': ('mnist', 'mlp_200_200', 50, 1e-4), 'emnistl': ('emnist_letters10', 'mlp_100_100',
                                                              50, 1e-4),
     'shakespeare': ('shakespeare_003', 'lstm100', 100, 1e-4)}

@@ -7,11 +7,20 @@ side by side in one stacked logistic model (`tasks.stacked_logistic`). The
 local-work shape is E epochs (FedDyn, FedAvg, FedProx) or K steps (SCAFFOLD),
 a trace-time constant of the client loop.
 
+The scored model is the paper's (App. A.2: "the average model from all devices
+in each communication round"; the authors' `all_model`): every algorithm is
+built with `report_device_average`, so `process.get_model_weights(state)` is
+the average of all m device models (a device holds its model from its last
+round, the initial one before), the plain mean for FedDyn and SCAFFOLD and the
+n_k-weighted mean for FedAvg and FedProx, as the authors' code
+(`core.device_average`). The server model (`process.server_model(state)`) is
+scored too, as a secondary search (`Search.server`).
+
 Search with early stopping: within a method, a configuration's count is its
 first round at the target times a constant, so the best configuration is the
 one that reaches the target first. Shapes run one after another, each at most
-until the round at which an earlier one reached every target, and a run stops
-once every target has been reached.
+until the round at which an earlier one reached every target (of both scored
+models), and a run stops once every target of both has been reached.
 """
 
 from __future__ import annotations
@@ -64,7 +73,10 @@ class Grid:
 
 def build(method: str, shape: int, grid: Grid, model_fn, data_groups: int = 1):
   """The method's library algorithm, every hyperparameter of its lanes a `Lanes`
-  (the grid's configurations, once per data group: lane g * C + c)."""
+  (the grid's configurations, once per data group: lane g * C + c), reporting
+  the average of all device models (`report_device_average`: plain for FedDyn
+  and SCAFFOLD, n_k-weighted for FedAvg and FedProx, the library's weighting
+  after the authors' code)."""
   lanes = grid.lanes(method) * data_groups
   lr = Lanes([c['lr'] for c in lanes])
   clip = None if grid.clip_norm is None else Lanes([grid.clip_norm] * len(lanes))
@@ -72,16 +84,17 @@ def build(method: str, shape: int, grid: Grid, model_fn, data_groups: int = 1):
   if method == 'feddyn':
     return feddyn.build_feddyn(model_fn, feddyn.FedDynConfig(
         alpha=Lanes([c['alpha'] for c in lanes]), client_learning_rate=lr,
-        epochs=shape, **reg))
+        epochs=shape, report_device_average=True, **reg))
   if method == 'scaffold':
     return scaffold.build_scaffold(model_fn, scaffold.ScaffoldConfig(
-        client_learning_rate=lr, local_steps=shape, **reg))
+        client_learning_rate=lr, local_steps=shape, report_device_average=True, **reg))
   config = fedopt.FedOptConfig(client_optimizer=optimizers.OptimizerSpec('sgd', lr),
                                epochs=shape, **reg)
   if method == 'fedavg':
-    return fedopt.build_fedopt(model_fn, config, name='fedavg')
+    return fedprox.build_fedavg(model_fn, fedprox.FedProxConfig(
+        mu=0.0, fedopt=config, report_device_average=True), name='fedavg')
   return fedprox.build_fedprox(model_fn, fedprox.FedProxConfig(
-      mu=Lanes([c['mu'] for c in lanes]), fedopt=config))
+      mu=Lanes([c['mu'] for c in lanes]), fedopt=config, report_device_average=True))
 
 
 def models_per_round(algorithm) -> int:
@@ -132,13 +145,16 @@ class _Done(Exception):
 
 @dataclasses.dataclass
 class Search:
-  """The best configuration of one method on one draw, per target."""
+  """The best configuration of one method on one draw, per target, scoring the
+  average of all device models (`server`: the same search scoring the server
+  model)."""
   targets: dict                     # target name -> loss
   rounds: int                       # budget
   best_round: dict = dataclasses.field(default_factory=dict)   # name -> round
   best_config: dict = dataclasses.field(default_factory=dict)  # name -> config
   dropped_clients: int = 0          # non-finite clients seen (lanes not independent)
   rounds_run: int = 0
+  server: Optional['Search'] = None
 
   def horizon(self) -> int:
     """Rounds the next shape must run to possibly beat the best so far (0: none)."""
@@ -164,30 +180,37 @@ def run_method(method: str, algorithms: dict, task, datas: Sequence, searches: S
                grid: Grid, seed: int, participation: float, progress: bool = False) -> None:
   """Searches every shape of `method` (`algorithms`: shape -> built) on the draws
   `datas`, the data groups of `task` side by side: search g gets lanes
-  g * C .. g * C + C - 1 (dataset g, the C configurations). Stops once every
-  search has reached every target."""
+  g * C .. g * C + C - 1 (dataset g, the C configurations). Each round scores
+  the reported model (`get_model_weights`: the average of all device models)
+  and, for a search with a `server` search, the server model
+  (`process.server_model`). Stops once every search has reached every target."""
   data = [centralised(d) for d in datas]
   configs = grid.lanes(method)
   per_group = len(configs)
   stacked = stacked_logistic.stacked(task, per_group * len(datas), DIM, CLASSES,
                                      data_groups=len(datas))
+  every = list(searches) + [s.server for s in searches if s.server is not None]
   for shape in grid.shapes(method):
-    total = max(search.horizon() for search in searches)
+    total = max(search.horizon() for search in every)
     if total < 1:
       break
     algorithm = algorithms[shape]
 
     def on_round(done, state, row, algorithm=algorithm, shape=shape):
-      kernel, bias = (np.asarray(v) for v in
-                      algorithm.process.get_model_weights(state).trainable)
+      scored = [np.asarray(v) for v in algorithm.process.get_model_weights(state).trainable]
+      server = None
+      if any(search.server is not None for search in searches):
+        server = [np.asarray(v) for v in algorithm.process.server_model(state).trainable]
       dropped = _dropped(row, algorithm)
       for g, (search, (x, y)) in enumerate(zip(searches, data)):
         lanes = slice(g * per_group, (g + 1) * per_group)
         search.dropped_clients += dropped
         search.rounds_run += 1
-        search.record(done, stacked_logistic.cross_entropy(kernel[lanes], bias[lanes], x, y),
-                      configs, shape)
-      if all(search.finished(done) for search in searches):
+        for found, (kernel, bias) in ((search, scored), (search.server, server)):
+          if found is not None:
+            found.record(done, stacked_logistic.cross_entropy(kernel[lanes], bias[lanes], x, y),
+                         configs, shape)
+      if all(search.finished(done) for search in every):
         raise _Done
 
     try:
@@ -258,11 +281,14 @@ def _algorithms(method: str, groups: int, grid: Grid) -> tuple[dict, float, floa
 
 
 def run_unit(unit: Unit, grid: Grid, progress: bool = False) -> tuple[list, dict]:
-  """The unit's searches (one per setting) and its costs: build and run wall/CPU
-  seconds, rounds run, models per round."""
+  """The unit's searches (one per setting: the device average's, its `server`
+  the server model's) and its costs: build and run wall/CPU seconds, rounds
+  run, models per round."""
   algorithms, build_s, build_cpu_s = _algorithms(unit.method, len(unit.settings), grid)
   task, datas = group_task(unit.settings, unit.seed, grid.batch_size)
-  searches = [Search(targets=dict(targets), rounds=unit.rounds) for targets in unit.targets]
+  searches = [Search(targets=dict(targets), rounds=unit.rounds,
+                     server=Search(targets=dict(targets), rounds=unit.rounds))
+              for targets in unit.targets]
   t0, c0 = time.perf_counter(), time.process_time()
   run_method(unit.method, algorithms, task, datas, searches, grid, unit.seed,
              unit.participation, progress)

@@ -102,7 +102,7 @@ def stateful_fns(config: FedProxConfig) -> stateful_process.StatefulFns:
   opt = config.fedopt
   optimizer = opt.client_optimizer.build()
   correction = local_training.regularized(
-      proximal_correction(float(config.mu)) if config.mu else None,
+      None if config.mu == 0 else proximal_correction(config.mu),  # mu may be `Lanes`
       opt.weight_decay, opt.clip_norm)
   eta = opt.server_optimizer.learning_rate
 
@@ -147,7 +147,7 @@ def build_device_average(model_fn: Callable[[], tff.learning.models.VariableMode
   weighted = not config.fedopt.uniform_weighting
   return algorithm_lib.build_stateful_algorithm(
       name, model_fn, config.fedopt.client_schedule(), stateful_fns(config),
-      optimizer_flops_per_param=5.0 if config.mu else 2.0, report_device_average=True,
+      optimizer_flops_per_param=2.0 if config.mu == 0 else 5.0, report_device_average=True,
       weighted_device_average=weighted, needs_mean_examples=weighted)
 
 

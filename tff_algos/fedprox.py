@@ -120,7 +120,7 @@ def stateful_fns(config: FedProxConfig) -> stateful_process.StatefulFns:
         model, optimizer, hparams, x_t, dataset,
         correction_fn=None if correction is None else correction(x_t))
     weight = (tf.constant(1.0) if opt.uniform_weighting else
-              tf.cast(local_training.count_examples(dataset), tf.float32))
+              tf.cast(local_training.examples_per_pass(dataset, outcome), tf.float32))
     upload = collections.OrderedDict(delta=[-weight * d for d in outcome.delta],
                                      weight=weight)
     return stateful_process.ClientStep(

@@ -29,10 +29,12 @@ from tff_algos.core import local_training
 from tff_algos.core import stateful_process
 
 
-def _relative_weight(weighted: bool, dataset, mean_examples):
+def _relative_weight(weighted: bool, dataset, outcome, mean_examples):
+  """w_k / mean w: n_k / mean n (from the training loop's first pass when it
+  covered one, `local_training.examples_per_pass`), or 1."""
   if not weighted:
     return tf.constant(1.0, tf.float32)
-  n_k = tf.cast(local_training.count_examples(dataset), tf.float32)
+  n_k = tf.cast(local_training.examples_per_pass(dataset, outcome), tf.float32)
   return n_k / tf.cast(mean_examples, tf.float32)
 
 
@@ -56,7 +58,7 @@ def with_device_average(fns: stateful_process.StatefulFns,
                              mean_examples)
     if step.device_model is None:
       raise ValueError('with_device_average needs client steps that set device_model')
-    w = _relative_weight(weighted, dataset, mean_examples)
+    w = _relative_weight(weighted, dataset, step.outcome, mean_examples)
     theta_k = list(step.device_model)
     upload = collections.OrderedDict(
         algorithm=step.upload,

@@ -90,6 +90,9 @@ def _init_worker(options: dict) -> None:
   as its default TFF context, stopped when the process exits."""
   import atexit  # pylint: disable=g-import-not-at-top
   from experiments import common  # pylint: disable=g-import-not-at-top
+  # SIGINT is ignored here from the start (`map_in_processes`); the pool's
+  # SIGTERM ends the process at once, and a C++ backend's worker binaries
+  # follow it (`PR_SET_PDEATHSIG`, tff_algos/runtime/context.py).
   from tff_algos import runtime  # pylint: disable=g-import-not-at-top
   # Whole lines: the workers share the parent's stdout, a pipe when captured,
   # where a block-buffered flush could end mid-line, and an unbuffered one
@@ -120,7 +123,21 @@ def map_in_processes(fn: Callable[[Any], Any], items: Iterable[Any], jobs: int,
       yield fn(item)
     return
   import multiprocessing  # pylint: disable=g-import-not-at-top
+  import signal  # pylint: disable=g-import-not-at-top
+  import threading  # pylint: disable=g-import-not-at-top
   context = multiprocessing.get_context('spawn')
-  with context.Pool(min(jobs, len(items)), initializer=_init_worker,
-                    initargs=(options or values(),)) as pool:
+  # Ctrl-C reaches the terminal's whole process group: only this process acts
+  # on it (leaving the pool terminates the workers). The workers start with
+  # SIGINT ignored (inherited, so from their first import on): one that raised
+  # KeyboardInterrupt, e.g. while importing TensorFlow, printed 'Process
+  # SpawnPoolWorker-N:' and a traceback under the one stop line.
+  main = threading.current_thread() is threading.main_thread()
+  previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
+  try:
+    pool = context.Pool(min(jobs, len(items)), initializer=_init_worker,
+                        initargs=(options or values(),))
+  finally:
+    if main:
+      signal.signal(signal.SIGINT, previous)
+  with pool:
     yield from pool.imap_unordered(fn, items)

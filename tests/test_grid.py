@@ -177,3 +177,33 @@ def test_a_grid_in_worker_processes_trains_the_models_of_one_process(tmp_path):
     assert summaries[0]['grid'] == summaries[1]['grid']
   tables = [list(csv.DictReader(open(tmp_path / g / 'grid.csv'))) for g in ('one', 'two')]
   assert tables[0] == tables[1]
+
+
+def test_ctrl_c_on_a_grid_in_worker_processes_is_one_line(tmp_path):
+  """Ctrl-C (SIGINT to the terminal's process group) on `--jobs=2`: the parent
+  prints its one stop line and exits 130; the pool's workers neither print
+  'Process SpawnPoolWorker-N:' tracebacks nor outlive it."""
+  import signal
+  import time
+  import psutil
+  grid = '--grid=client_learning_rate=0.5,0.1;seed=0,1'
+  proc = subprocess.Popen(
+      [sys.executable, '-m', 'experiments.grid', *_TINY, '--total_rounds=100000', grid,
+       '--jobs=2', f'--root_output_dir={tmp_path}'], cwd=ROOT,
+      env=dict(os.environ, PYTHONPATH=ROOT), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+      text=True, start_new_session=True)
+  deadline = time.monotonic() + 600
+  while len(workers := psutil.Process(proc.pid).children(recursive=True)) < 2:
+    assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1][-3000:]
+    time.sleep(0.2)
+  # While they start (importing TensorFlow: where a worker's traceback came).
+  time.sleep(2)
+  os.killpg(proc.pid, signal.SIGINT)
+  try:
+    _, err = proc.communicate(timeout=120)
+  finally:
+    if proc.poll() is None:
+      os.killpg(proc.pid, signal.SIGKILL)
+  assert proc.returncode == 130, err[-3000:]
+  assert 'Traceback' not in err and 'SpawnPoolWorker' not in err, err[-3000:]
+  assert psutil.wait_procs(workers, timeout=60)[1] == []  # none left alive

@@ -297,7 +297,7 @@ def flag_values(args: Optional[TrainerArgs] = None) -> dict:
 # Flags that may change between a run and its resume.
 _RESUMABLE = ('total_rounds', 'progress', 'rounds_per_eval', 'rounds_per_checkpoint',
               'root_output_dir', 'experiment_name', 'max_eval_examples', 'cache_dir',
-              'backend', 'workers', 'concurrent_clients', 'restart',
+              'backend', 'workers', 'concurrent_clients', 'compile_local_loop', 'restart',
               'max_rounds_all_dropped', 'rounds_per_call')
 
 

@@ -69,7 +69,7 @@ SMOKE_MAX_LOCAL_STEPS = 5
 # Trainer flags given on reproduce's own command line that apply to every run
 # (where the data lives, where results go, progress bars).
 PASSED_THROUGH = ('cache_dir', 'root_output_dir', 'progress', 'backend', 'workers',
-                  'concurrent_clients')
+                  'concurrent_clients', 'compile_local_loop')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -148,6 +148,8 @@ def binary_argv(exp: base.Experiment, scale: str, out_dir: str) -> list[str]:
     values.setdefault('workers', runtime_flags.workers())
   if runtime_flags.concurrent_clients() is not None:
     values.setdefault('concurrent_clients', runtime_flags.concurrent_clients())
+  if FLAGS['compile_local_loop'].value is not None:
+    values.setdefault('compile_local_loop', FLAGS['compile_local_loop'].value)
   return [sys.executable, '-m', spec.module] + [
       f'--{k}={_flag_str(v)}' for k, v in values.items()]
 

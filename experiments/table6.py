@@ -172,7 +172,8 @@ def run_grid(settings: dict, goals: dict, grid) -> tuple[dict, dict]:
   timing = {m: dict(build_s=0.0, build_cpu_s=0.0, lanes=len(grid.lanes(m)), run_s=0.0,
                     run_cpu_s=0.0, rounds_run=0) for m in settings['methods']}
   for unit, (found, cost) in grid_lib.run_units(units(settings, goals), grid, settings['jobs'],
-                                                runtime_flags.values(), FLAGS.progress):
+                                                runtime_flags.values(default_compile=True),
+                                                FLAGS.progress):
     entry = timing[unit.method]
     for key in ('build_s', 'build_cpu_s', 'run_s', 'run_cpu_s', 'rounds_run'):
       entry[key] += cost[key]
@@ -270,7 +271,7 @@ def main(argv):
   optimum_s, optimum_cpu_s = time.perf_counter() - t0, _cpu_seconds() - c0
   print(f'optima: {optimum_s:.1f} s wall, {optimum_cpu_s:.1f} s CPU', file=sys.stderr,
         flush=True)
-  with runtime_flags.managed_context():
+  with runtime_flags.managed_context(default_compile=True):  # XLA loops (the flag's help)
     searches, timing = run_grid(settings, goals, grid)
   methods = settings['methods']
   tables = {name: tabulate(searches, settings, timing, name)

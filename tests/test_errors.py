@@ -99,6 +99,8 @@ def test_help_examples_keep_their_line_continuations():
     ('--algorithm=fedgbo --clip_norm=1', '--clip_norm is not used by fedgbo'),
     ('--total_rounds=-1', 'total_rounds must be >= 1'),
     ('--concurrent_clients=0', '--concurrent_clients must be a positive integer'),
+    ('--compile_local_loop --backend=cpp',
+     '--compile_local_loop runs on the in-process backend only'),
     ('--task=digits --model=nosuchmodel', "has no model 'nosuchmodel'"),
     ('--local_steps=0', '--local_steps must be >= 1, got 0'),
     ('--algorithm=fedsgd --client_learning_rate=0.3',

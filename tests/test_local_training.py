@@ -179,3 +179,127 @@ def test_a_sized_dataset_that_ends_early_is_an_error_not_a_short_loop():
   assert int(wrong.cardinality()) == 5
   with pytest.raises(tf.errors.OpError):
     tf.function(lambda d: local_training.fold(d, tf.constant(0, tf.int64), tf.add))(wrong)
+
+
+# ------------------------------------------------------- compiled_fold (XLA)
+
+
+def _compiled(ds, state, fn):
+  return local_training.compiled_fold(ds, state, fn, pass_dataset=ds)
+
+
+def test_compiled_fold_takes_folds_batches_in_folds_order():
+  """Full and short batches, K steps across passes, E passes of a reshuffling
+  dataset, datasets of unknown size, structures and empty datasets: the XLA
+  loop folds the batches `fold` folds, in its order (each step weighs its
+  batch by its position, so a swap changes the result)."""
+  def weigh(state, batch):
+    total, step = state
+    x = tf.cast(tf.nest.flatten(batch)[0], tf.float64)
+    return total + tf.reduce_sum(x) * tf.cast(step + 1, tf.float64) ** 2, step + 1
+
+  reshuffled = lambda: tf.data.Dataset.range(23).shuffle(23, seed=4).batch(5)  # 5,5,5,5,3
+  unsized = lambda: tf.data.Dataset.range(30).filter(lambda x: x % 4 > 0).batch(4)
+  pairs = lambda: tf.data.Dataset.from_tensor_slices(
+      dict(x=np.arange(11.0, dtype=np.float32), y=np.arange(11))).batch(3)
+  cases = [(reshuffled, -1, 3), (reshuffled, 7, -1),
+           (lambda: tf.data.Dataset.range(20).batch(5), -1, 2), (unsized, -1, 2),
+           (pairs, 9, -1), (lambda: reshuffled().take(0), -1, 2),
+           (lambda: unsized().filter(lambda b: False), -1, 1)]
+
+  for make, steps, epochs in cases:
+    def loop(compiled):
+      @tf.function
+      def run():  # a fresh dataset: its shuffles start over
+        ds = make()
+        start = (tf.constant(0.0, tf.float64), tf.constant(0))
+        if compiled:
+          return local_training.compiled_fold(
+              local_training.client_dataset(ds, steps, epochs), start, weigh, pass_dataset=ds)
+        return local_training.fold(local_training.client_dataset(ds, steps, epochs), start,
+                                   weigh)
+      return run()
+    (a, n), (b, m) = loop(False), loop(True)
+    assert int(n) == int(m), (steps, epochs)
+    assert float(a) == float(b), (steps, epochs)
+
+
+def test_compiled_training_loop_sees_the_shuffle_fold_would():
+  """Count, then train: the compiled loop (which reads the dataset's batch
+  sizes in one more pass, after its batches) trains on the second shuffle, as
+  `fold` does."""
+  def fresh():
+    return tf.data.Dataset.range(10).shuffle(10, seed=5, reshuffle_each_iteration=True).batch(4)
+
+  @tf.function
+  def count_then_train(ds, compiled):
+    count = local_training.fold(ds, tf.constant(0, tf.int64), lambda s, b: s + 1)
+    with tf.control_dependencies([count]):
+      loop = _compiled if compiled else local_training.fold
+      return loop(ds, tf.constant(0, tf.int64), lambda s, b: digits_of(s, b[0]))
+
+  for _ in range(3):
+    assert int(count_then_train(fresh(), True)) == int(count_then_train(fresh(), False))
+
+
+def test_compiled_fold_refuses_batches_of_three_sizes():
+  ragged = tf.data.Dataset.range(6).batch(3).concatenate(tf.data.Dataset.range(5).batch(2))
+  with pytest.raises(tf.errors.InvalidArgumentError, match='more than two sizes'):
+    tf.function(lambda d: _compiled(d, tf.constant(0, tf.int64),
+                                    lambda s, b: s + tf.reduce_sum(b)))(ragged)
+
+
+def test_compiled_local_training_equals_the_loop():
+  """`run_local_training` of a model built inside `compiled_loops` (the step's
+  optimiser, clipping, weight decay and a proximal correction XLA-compiled)
+  gives the loop's outcome: the same steps, examples and first pass, the delta
+  to float rounding."""
+  from tasks import stacked_logistic
+  import tensorflow_federated as tff
+  rng = np.random.default_rng(0)
+  x = rng.normal(size=(37, 6)).astype(np.float32)
+  y = rng.integers(0, 3, 37).astype(np.int32)
+  optimizer = tff.learning.optimizers.build_sgdm(0.3, momentum=0.5)
+  correction = local_training.regularized(
+      lambda x_t: (lambda w, g: [gg + 0.1 * (ww - xx) for gg, ww, xx
+                                 in zip(g, w, x_t.trainable)]), 1e-3, 1.0)
+
+  def outcome(compiled, steps, epochs):
+    model = stacked_logistic.StackedLogisticModel(2, 6, 3)
+
+    @tf.function
+    def train(x, y):
+      ds = tf.data.Dataset.from_tensor_slices(dict(x=x, y=y)).shuffle(
+          37, seed=1).batch(5)
+      start = tff.learning.models.ModelWeights(
+          trainable=[tf.fill([2, 6, 3], 0.1), tf.zeros([2, 1, 3])], non_trainable=[])
+      with local_training.compiled_loops(compiled):
+        out = local_training.run_local_training(model, optimizer, None, start, ds, steps,
+                                                epochs, correction_fn=correction(start))
+      return (out.delta, out.num_examples, out.num_steps, out.first_pass_examples,
+              out.first_pass_complete, model.report_local_unfinalized_metrics())
+    return train(x, y)
+
+  for steps, epochs in ((-1, 3), (11, -1), (4, -1)):
+    loop, xla = outcome(False, steps, epochs), outcome(True, steps, epochs)
+    for a, b in zip(tf.nest.flatten(loop[0]), tf.nest.flatten(xla[0])):
+      np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
+    assert [int(v) for v in loop[1:5]] == [int(v) for v in xla[1:5]], (steps, epochs)
+    for a, b in zip(tf.nest.flatten(loop[5]), tf.nest.flatten(xla[5])):  # the metrics
+      np.testing.assert_allclose(b, a, rtol=1e-5)
+
+
+def _compiling(_):
+  return local_training.compiling()
+
+
+def test_worker_processes_build_compiled_loops_when_asked():
+  """`--compile_local_loop` reaches `map_in_processes`' workers (the grid's and
+  table6's): their builds compile, and only when asked. (A scope entered in
+  the worker's initialiser and then dropped had reset itself at once.)"""
+  from experiments import runtime_flags
+  base = dict(backend='inprocess', workers=None, concurrent_clients=1)
+  for asked in (True, False):
+    seen = list(runtime_flags.map_in_processes(
+        _compiling, range(2), 2, dict(base, compile_local_loop=asked)))
+    assert seen == [asked, asked]

@@ -421,7 +421,7 @@ def test_table6_bad_flag_is_one_line_and_status_2(tmp_path):
 @pytest.mark.slow
 @pytest.mark.timeout(7200)
 def test_table6_full_scale(tmp_path):
-  # 56 min wall on 2 cores (README); the 20 minutes of the smaller runs cannot hold it.
+  # 17 min wall on 2 cores (README), more than the default suite can spend on one test.
   out = _run_binary(tmp_path, '--scale=full', timeout=7000)
   assert out['dropped_clients'] == 0
   for setting in ('homogeneous', 'type1', 'type2', 'type3'):

@@ -228,7 +228,11 @@ class BuildCache:
     """`builder(model_fn, cfg, name)` (an algorithm module's `build_<name>`),
     built once per key."""
     shared = getattr(cfg, 'shared_build_key', None)
-    key = (name, builder, model_fn, shared() if shared is not None else cfg)
+    from tff_algos.core import local_training  # pylint: disable=g-import-not-at-top
+    # Whether client loops are compiled (`local_training.compiled_loops`) is
+    # part of what is built.
+    key = (name, builder, model_fn, shared() if shared is not None else cfg,
+           local_training.compiling())
     try:
       hash(key)
     except TypeError:  # a config holding a list: built each time

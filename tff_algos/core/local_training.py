@@ -30,7 +30,10 @@ can call without TFF.
 from __future__ import annotations
 
 import collections
+import contextlib
+import contextvars
 import dataclasses
+import functools
 from typing import Any, Callable, NamedTuple, Optional
 
 import tensorflow as tf
@@ -199,6 +202,142 @@ def fold(dataset: tf.data.Dataset, initial_state: Any,
   return state
 
 
+# ---------------------------------------------------------------- compiled loop
+
+_COMPILED = contextvars.ContextVar('compiled_local_loops', default=False)
+
+
+@contextlib.contextmanager
+def compiled_loops(enabled: bool = True):
+  """Client computations traced inside this scope (an algorithm BUILT inside
+  it) run their local training loop XLA-compiled (`compiled_fold`)."""
+  token = _COMPILED.set(enabled)
+  try:
+    yield
+  finally:
+    _COMPILED.reset(token)
+
+
+def set_compiled_loops(enabled: bool) -> None:
+  """`compiled_loops(enabled)` for the rest of this context (e.g. a worker
+  process's initialiser, whose tasks then build)."""
+  _COMPILED.set(enabled)
+
+
+def compiling() -> bool:
+  """Whether loops traced now are compiled (`compiled_loops`)."""
+  return _COMPILED.get()
+
+
+_UNKNOWN_LENGTH = 2**16  # batches read at most when the dataset's length is unknown
+
+
+def _first_size(batch):
+  return tf.shape(tf.nest.flatten(batch)[0], out_type=tf.int32)[0]
+
+
+def compiled_fold(dataset: tf.data.Dataset, initial_state: Any,
+                  fn: Callable[[Any, Any], Any], pass_dataset: tf.data.Dataset) -> Any:
+  """`fold(dataset, initial_state, fn)` with the loop XLA-compiled.
+
+  `dataset` is the loop's (`client_dataset`: passes of `pass_dataset`, or K
+  of its batches). A step of a small model is a few dozen TensorFlow ops,
+  each microseconds of executor work: ~0.13-0.25 ms a step of paper 003's
+  logistic model, ~15-30 us compiled. XLA needs static shapes and no
+  iterator, so the loop's batches are first read in ONE pass (`padded_batch`
+  of all of them: tf.data's C++ loop, not a graph loop per batch), split into
+  the batches of the largest size B and the short ones (a pass's last, all of
+  one size r < B: every pass of `pass_dataset` batches alike), and the
+  compiled loop takes batch i from its group, in the dataset's order: the
+  batches `fold` takes, in its order. XLA caches the program per shape (the
+  client's steps and last-batch size) and lane; `fn` must compile (no
+  iterators, no stateful random ops). Results equal `fold`'s up to float
+  rounding (XLA fuses and reorders arithmetic). docs/performance.md
+  (session 25) has what each choice below measured.
+  """
+  spec = dataset.element_spec
+  # All batches as one element, zero-padded to the largest (padded_batch
+  # reserves its batch size: the dataset's length when known, else up to
+  # _UNKNOWN_LENGTH, checked below), then an empty one for an empty dataset.
+  # No conditional around the compiled call: inside a branch it ran
+  # uncompiled.
+  length = dataset.cardinality()
+  everything = tf.where(length > 0, length, tf.constant(_UNKNOWN_LENGTH, tf.int64))
+  padded = dataset.padded_batch(everything)
+  empty = tf.data.Dataset.from_tensors(tf.nest.map_structure(
+      lambda s: tf.zeros([0, 0] + s.shape[2:], s.dtype), padded.element_spec))
+  iterator = iter(padded.concatenate(empty).with_options(_LOOP_OPTIONS))
+  batches = iterator.get_next()
+  steps = tf.shape(tf.nest.flatten(batches)[0])[0]
+  tf.debugging.assert_equal(
+      tf.logical_and(length < 0, tf.cast(steps, tf.int64) >= _UNKNOWN_LENGTH), False,
+      message=f'compiled local loop: over {_UNKNOWN_LENGTH} batches of unknown count')
+  # Batch sizes: those of one pass over the pass's dataset (`pass_dataset`,
+  # read AFTER the batches, so that a reshuffling dataset gives the loop the
+  # order `fold` would), repeated: every pass of a dataset batches alike. A
+  # map over every batch of the loop cost ~40 us a batch, as much as a step.
+  with tf.control_dependencies([steps]):
+    one_pass = pass_dataset.map(_first_size).batch(_UNKNOWN_LENGTH).concatenate(
+        tf.data.Dataset.from_tensors(tf.zeros([0], tf.int32))).take(1).get_single_element()
+  tf.debugging.assert_equal(tf.logical_and(steps > 0, tf.size(one_pass) == 0), False,
+                            message='compiled local loop: an empty pass but batches')
+  sizes = tf.tile(one_pass, [steps // tf.maximum(tf.size(one_pass), 1) + 1])[:steps]
+  largest = tf.reduce_max(tf.concat([sizes, [1]], 0))
+  is_short = sizes < largest
+  short_size = tf.reduce_max(tf.concat([tf.where(is_short, sizes, 0), [1]], 0))
+  tf.debugging.assert_equal(  # (`==` on tensors is identity in TFF's graphs)
+      tf.reduce_all(tf.logical_or(tf.equal(sizes, largest), tf.equal(sizes, short_size))),
+      True, message='compiled local loop: batches of more than two sizes')
+  index = tf.where(is_short, tf.cumsum(tf.cast(is_short, tf.int32), exclusive=True),
+                   tf.cumsum(tf.cast(~is_short, tf.int32), exclusive=True))
+
+  def group(mask, size):
+    # The group's batches [n + 1, size, ...]: a row of zeros after them, so
+    # that an empty group (whose branch the loop never takes) still compiles.
+    def take(t):
+      rows = tf.boolean_mask(t, mask)[:, :size]
+      # (Narrower than `size` only for the empty dataset's [0, 0, ...].)
+      widen = [[0, 0], [0, size - tf.shape(rows)[1]]] + [[0, 0]] * (t.shape.rank - 2)
+      rows = tf.pad(rows, widen)
+      filler = tf.zeros(tf.concat([[1, size], tf.shape(t)[2:]], 0), t.dtype)
+      return tf.concat([rows, filler], 0)
+    return tf.nest.map_structure(take, batches)
+
+  # One entry more than there are steps: a slice of an empty array does not
+  # compile, even in a loop that never runs.
+  state = _xla_loop(fn, spec)(group(~is_short, largest), group(is_short, short_size),
+                              tf.concat([is_short, [False]], 0), tf.concat([index, [0]], 0),
+                              steps, initial_state)
+  with tf.control_dependencies(tf.nest.flatten(state)):  # as `fold`'s sequence point
+    tf.timestamp()
+  return state
+
+
+def _xla_loop(fn, spec):
+  """The jit-compiled while loop over the steps of `compiled_fold`."""
+  @tf.function(jit_compile=True, autograph=False)
+  def loop(full, short, is_short, index, steps, state):
+    def body(i, state):
+      def batch(group):
+        at = tf.minimum(index[i], tf.shape(tf.nest.flatten(group)[0])[0] - 1)
+        return tf.nest.map_structure(
+            lambda t, s: tf.ensure_shape(tf.gather(t, at), [None] + s.shape[1:]), group, spec)
+
+      def step_if(run, one_batch, state):
+        # A loop of 0 or 1 trips, not `tf.cond`: with a conditional in its
+        # loop, the function ran uncompiled when called from a graph (1.5 ms
+        # a step, 6x `fold`).
+        return tf.while_loop(lambda j, _: j < run, lambda j, s: (j + 1, fn(s, one_batch)),
+                             (tf.constant(0), state))[1]
+      short_step = tf.cast(is_short[i], tf.int32)
+      state = step_if(1 - short_step, batch(full), state)
+      return i + 1, step_if(short_step, batch(short), state)
+    _, state = tf.while_loop(lambda i, _: i < steps, body,
+                             (tf.constant(0), state))
+    return state
+  return loop
+
+
 def client_dataset(dataset: tf.data.Dataset, num_steps, num_epochs) -> tf.data.Dataset:
   """K steps (repeat forever, take K) or E epochs (repeat E, take all)."""
   return dataset.repeat(tf.cast(num_epochs, tf.int64)).take(
@@ -273,10 +412,17 @@ def run_local_training(
 
   # One fused loop (`fold`: a while loop over an iterator). An autograph `for`
   # over the dataset measured ~1.4x slower, `Dataset.reduce` ~1.6x (per call).
+  forward_pass = model.forward_pass
+  if compiling():
+    # The model's own function traced into the compiled loop, not called as a
+    # function: XLA then took the data and the variables as compile-time
+    # constants, compiling anew for every call.
+    forward_pass = getattr(forward_pass, 'python_function', forward_pass)
+
   def step(carry, batch):
     opt_state, transform_state, num_examples, first_pass, steps = carry
     with tf.GradientTape() as tape:
-      output = model.forward_pass(batch, training=True)
+      output = forward_pass(batch, training=True)
     grads = tuple(tape.gradient(output.loss, trainable))
     if transform is not None:
       grads, transform_state = transform.update(grads, tuple(trainable),
@@ -290,7 +436,9 @@ def run_local_training(
 
   zero = tf.constant(0, tf.int64)
   transform_state = () if transform is None else transform.init(trainable)
-  opt_state, transform_state, num_examples, first_pass, steps = fold(
+  loop = (functools.partial(compiled_fold, pass_dataset=dataset) if compiling()
+          else fold)
+  opt_state, transform_state, num_examples, first_pass, steps = loop(
       client_dataset(dataset, num_steps, num_epochs),
       (opt_state, transform_state, zero, zero, tf.constant(0, tf.int32)),
       step)

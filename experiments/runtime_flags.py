@@ -69,9 +69,11 @@ def concurrent_clients():
 
 
 def compile_local_loop(default: bool = False) -> bool:
-  """--compile_local_loop, or `default` (the binary's) when not given."""
+  """--compile_local_loop, or when not given the binary's `default` on the
+  in-process backend (the only one it runs on: `check` refuses the flag
+  elsewhere, and a default does not turn it on there)."""
   value = FLAGS['compile_local_loop'].value
-  return default if value is None else value
+  return default and backend() == 'inprocess' if value is None else value
 
 
 def check() -> None:

@@ -303,3 +303,38 @@ def test_worker_processes_build_compiled_loops_when_asked():
     seen = list(runtime_flags.map_in_processes(
         _compiling, range(2), 2, dict(base, compile_local_loop=asked)))
     assert seen == [asked, asked]
+
+
+def test_compiled_fold_refuses_a_pass_without_batches_when_the_loop_has_some():
+  """The batch sizes come from one pass of `pass_dataset`: an empty one
+  beside a loop with batches is an error, not a loop of guessed sizes."""
+  with pytest.raises(tf.errors.InvalidArgumentError, match='an empty pass but batches'):
+    tf.function(lambda d: local_training.compiled_fold(
+        d, tf.constant(0, tf.int64), lambda s, b: s + tf.reduce_sum(b),
+        pass_dataset=d.take(0)))(tf.data.Dataset.range(6).batch(3))
+
+
+def test_table6s_compiled_default_holds_on_the_in_process_backend_only():
+  """A binary's default (table6: on) does not compile on --backend=cpp,
+  where compiled loops do not run; the flag given there is refused."""
+  from absl import flags
+  from experiments import runtime_flags
+  FLAGS = flags.FLAGS
+  FLAGS.unparse_flags()
+  try:
+    FLAGS(['x'])
+    assert runtime_flags.compile_local_loop(default=True) is True
+    assert runtime_flags.values(default_compile=True)['compile_local_loop'] is True
+    FLAGS.unparse_flags()
+    FLAGS(['x', '--backend=cpp'])
+    assert runtime_flags.compile_local_loop(default=True) is False
+    assert runtime_flags.values(default_compile=True)['compile_local_loop'] is False
+    FLAGS.unparse_flags()
+    FLAGS(['x', '--backend=cpp', '--compile_local_loop'])
+    with pytest.raises(ValueError, match='in-process backend only'):
+      runtime_flags.check()
+    FLAGS.unparse_flags()
+    FLAGS(['x', '--nocompile_local_loop'])
+    assert runtime_flags.compile_local_loop(default=True) is False
+  finally:
+    FLAGS.unparse_flags()

@@ -232,8 +232,9 @@ def compiling() -> bool:
 _UNKNOWN_LENGTH = 2**16  # batches read at most when the dataset's length is unknown
 
 
-def _first_size(batch):
-  return tf.shape(tf.nest.flatten(batch)[0], out_type=tf.int32)[0]
+def _leading_size(batch, out_type=tf.int32):
+  """Examples in a batch: the leading size of its first tensor."""
+  return tf.shape(tf.nest.flatten(batch)[0], out_type=out_type)[0]
 
 
 def compiled_fold(dataset: tf.data.Dataset, initial_state: Any,
@@ -277,9 +278,9 @@ def compiled_fold(dataset: tf.data.Dataset, initial_state: Any,
   # order `fold` would), repeated: every pass of a dataset batches alike. A
   # map over every batch of the loop cost ~40 us a batch, as much as a step.
   with tf.control_dependencies([steps]):
-    one_pass = pass_dataset.map(_first_size).batch(_UNKNOWN_LENGTH).concatenate(
+    one_pass = pass_dataset.map(_leading_size).batch(_UNKNOWN_LENGTH).concatenate(
         tf.data.Dataset.from_tensors(tf.zeros([0], tf.int32))).take(1).get_single_element()
-  tf.debugging.assert_equal(tf.logical_and(steps > 0, tf.size(one_pass) == 0), False,
+  tf.debugging.assert_equal(tf.logical_and(steps > 0, tf.equal(tf.size(one_pass), 0)), False,
                             message='compiled local loop: an empty pass but batches')
   sizes = tf.tile(one_pass, [steps // tf.maximum(tf.size(one_pass), 1) + 1])[:steps]
   largest = tf.reduce_max(tf.concat([sizes, [1]], 0))
@@ -412,8 +413,9 @@ def run_local_training(
 
   # One fused loop (`fold`: a while loop over an iterator). An autograph `for`
   # over the dataset measured ~1.4x slower, `Dataset.reduce` ~1.6x (per call).
+  compiled = compiling()
   forward_pass = model.forward_pass
-  if compiling():
+  if compiled:
     # The model's own function traced into the compiled loop, not called as a
     # function: XLA then took the data and the variables as compile-time
     # constants, compiling anew for every call.
@@ -436,8 +438,7 @@ def run_local_training(
 
   zero = tf.constant(0, tf.int64)
   transform_state = () if transform is None else transform.init(trainable)
-  loop = (functools.partial(compiled_fold, pass_dataset=dataset) if compiling()
-          else fold)
+  loop = functools.partial(compiled_fold, pass_dataset=dataset) if compiled else fold
   opt_state, transform_state, num_examples, first_pass, steps = loop(
       client_dataset(dataset, num_steps, num_epochs),
       (opt_state, transform_state, zero, zero, tf.constant(0, tf.int32)),
@@ -515,5 +516,5 @@ def count_target_tokens(dataset: tf.data.Dataset) -> tf.Tensor:
 def count_examples(dataset: tf.data.Dataset) -> tf.Tensor:
   """Examples in one pass of a batched dataset (int64), without a model."""
   def add(count, batch):
-    return count + tf.shape(tf.nest.flatten(batch)[0], out_type=tf.int64)[0]
+    return count + _leading_size(batch, tf.int64)
   return fold(dataset, tf.constant(0, tf.int64), add)

@@ -26,6 +26,8 @@ from typing import Any, Callable, Iterable, Iterator, Optional
 
 from absl import flags
 
+from tff_algos.errors import UserError
+
 flags.DEFINE_enum('backend', 'inprocess', ['inprocess', 'cpp'],
                   "'inprocess': run the computations in this process's TensorFlow "
                   "(fastest; uses its GPUs); 'cpp': TFF's C++ worker_binary (CPU only).")
@@ -42,7 +44,8 @@ flags.DEFINE_bool('compile_local_loop', None,
                   "inprocess backend: XLA-compile each client's local training loop, its "
                   'batches read into memory first: a step of a small model costs ~15 us '
                   'instead of ~250 (results equal up to float rounding; the model must '
-                  'compile). Default: on for table6, off elsewhere.')
+                  'compile). Not for convolutional models on a CPU: XLA made the EMNIST '
+                  "CNN's steps ~20x slower. Default: on for table6, off elsewhere.")
 
 FLAGS = flags.FLAGS
 
@@ -113,6 +116,30 @@ def managed_context(default_compile: bool = False):
     yield context
 
 
+def _died_message(workers, total: int) -> str:
+  """The one line for a worker process that died under `map_in_processes`."""
+  import signal  # pylint: disable=g-import-not-at-top
+
+  def how(code: int) -> str:
+    if code > 0:
+      return f'exit status {code}'
+    try:
+      name = signal.Signals(-code).name
+    except ValueError:
+      name = f'signal {-code}'
+    oom = ', often the out-of-memory killer' if -code == signal.SIGKILL else ''
+    return f'killed by {name}{oom}'
+
+  codes = {p.exitcode for p in workers if p.exitcode not in (None, 0)}
+  if codes - {-signal.SIGTERM}:  # the executor ends the survivors with SIGTERM
+    codes -= {-signal.SIGTERM}
+  codes = sorted(codes)
+  said = f" ({'; '.join(how(c) for c in codes)})" if codes else ''
+  return (f'a worker process died{said} before the {total} items of this run '
+          'finished; what finished is written: rerun with fewer --jobs (each worker '
+          'holds its own TensorFlow and data), or --jobs=1 to see its error')
+
+
 def _init_worker(options: dict) -> None:
   """A process of `map_in_processes`: quiet logs and the backend of `options`
   as its default TFF context, stopped when the process exits."""
@@ -153,22 +180,47 @@ def map_in_processes(fn: Callable[[Any], Any], items: Iterable[Any], jobs: int,
     for item in items:
       yield fn(item)
     return
+  import concurrent.futures  # pylint: disable=g-import-not-at-top
   import multiprocessing  # pylint: disable=g-import-not-at-top
   import signal  # pylint: disable=g-import-not-at-top
   import threading  # pylint: disable=g-import-not-at-top
-  context = multiprocessing.get_context('spawn')
+  # concurrent.futures, not multiprocessing.Pool: a Pool replaces a worker
+  # that dies (killed for memory, a crash in TensorFlow) and waits forever for
+  # the task it held; this executor fails every pending task at once
+  # (BrokenProcessPool), said below in one line.
+  before = set(multiprocessing.active_children())
+  executor = concurrent.futures.ProcessPoolExecutor(
+      min(jobs, len(items)), mp_context=multiprocessing.get_context('spawn'),
+      initializer=_init_worker, initargs=(options or values(),))
   # Ctrl-C reaches the terminal's whole process group: only this process acts
-  # on it (leaving the pool terminates the workers). The workers start with
+  # on it (leaving this generator ends the workers). The workers start with
   # SIGINT ignored (inherited, so from their first import on): one that raised
   # KeyboardInterrupt, e.g. while importing TensorFlow, printed 'Process
-  # SpawnPoolWorker-N:' and a traceback under the one stop line.
+  # SpawnProcess-N:' and a traceback under the one stop line. They are spawned
+  # by the submits (a spawn context starts them on demand).
   main = threading.current_thread() is threading.main_thread()
   previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
   try:
-    pool = context.Pool(min(jobs, len(items)), initializer=_init_worker,
-                        initargs=(options or values(),))
+    futures = [executor.submit(fn, item) for item in items]
   finally:
     if main:
       signal.signal(signal.SIGINT, previous)
-  with pool:
-    yield from pool.imap_unordered(fn, items)
+  workers = [p for p in multiprocessing.active_children() if p not in before]
+  finished = False
+  try:
+    for future in concurrent.futures.as_completed(futures):
+      try:
+        result = future.result()
+      except concurrent.futures.process.BrokenProcessPool:
+        for process in workers:  # their exit codes (the executor ends the others)
+          process.join(timeout=10)
+        raise UserError(_died_message(workers, len(futures))) from None
+      yield result
+    finished = True
+  finally:
+    executor.shutdown(wait=finished, cancel_futures=True)
+    if not finished:  # an error, Ctrl-C, or the caller stopped reading: end the others' work
+      for process in workers:
+        process.terminate()
+      for process in workers:
+        process.join()

@@ -147,6 +147,51 @@ def test_worker_processes_write_whole_lines(tmp_path):
   assert sorted(lines) == sorted(expected)
 
 
+_DYING_WORKER = """
+import os, signal, sys, time
+from experiments import runtime_flags
+from tff_algos.errors import UserError
+
+def work(item):
+  if item == 1:
+    os.kill(os.getpid(), signal.SIGKILL)  # as the out-of-memory killer ends a worker
+  time.sleep(0.5)
+  return item
+
+if __name__ == '__main__':
+  options = dict(backend='inprocess', workers=None, concurrent_clients=None)
+  done = []
+  try:
+    for result in runtime_flags.map_in_processes(work, range(6), 2, options):
+      done.append(result)
+  except UserError as e:
+    print('error:', e, flush=True)
+    sys.exit(2)
+"""
+
+
+def test_a_worker_process_that_dies_is_one_error_not_a_hang(tmp_path):
+  """A worker killed mid-item (e.g. by the out-of-memory killer) ends the map
+  with one line naming the signal and the fix; a multiprocessing.Pool waited
+  forever for the item it held (a CI run once hung so)."""
+  import psutil
+  script = tmp_path / 'dying.py'
+  script.write_text(_DYING_WORKER)
+  proc = subprocess.Popen([sys.executable, str(script)], cwd=ROOT, text=True,
+                          env=dict(os.environ, PYTHONPATH=ROOT),
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+  try:
+    out, err = proc.communicate(timeout=240)
+  finally:
+    children = psutil.Process(proc.pid).children(recursive=True) if proc.poll() is None else []
+    proc.kill()
+    psutil.wait_procs(children, timeout=10)
+  assert proc.returncode == 2, (out, err[-3000:])
+  assert out.startswith('error: a worker process died (killed by SIGKILL, often the '
+                        'out-of-memory killer) before the 6 items'), out
+  assert 'fewer --jobs' in out and 'Traceback' not in err, (out, err[-3000:])
+
+
 @pytest.mark.timeout(1200)
 def test_a_grid_in_worker_processes_trains_the_models_of_one_process(tmp_path):
   """--jobs=2: the combinations train in two spawned processes, with the same
@@ -182,7 +227,7 @@ def test_a_grid_in_worker_processes_trains_the_models_of_one_process(tmp_path):
 def test_ctrl_c_on_a_grid_in_worker_processes_is_one_line(tmp_path):
   """Ctrl-C (SIGINT to the terminal's process group) on `--jobs=2`: the parent
   prints its one stop line and exits 130; the pool's workers neither print
-  'Process SpawnPoolWorker-N:' tracebacks nor outlive it."""
+  'Process SpawnProcess-N:' tracebacks nor outlive it."""
   import signal
   import time
   import psutil
@@ -205,5 +250,5 @@ def test_ctrl_c_on_a_grid_in_worker_processes_is_one_line(tmp_path):
     if proc.poll() is None:
       os.killpg(proc.pid, signal.SIGKILL)
   assert proc.returncode == 130, err[-3000:]
-  assert 'Traceback' not in err and 'SpawnPoolWorker' not in err, err[-3000:]
+  assert 'Traceback' not in err and 'Spawn' not in err, err[-3000:]
   assert psutil.wait_procs(workers, timeout=60)[1] == []  # none left alive

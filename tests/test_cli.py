@@ -171,3 +171,33 @@ def test_the_resume_line_comes_before_the_progress_bar(tmp_path):
   assert res.returncode == 0, res.stdout[-2000:]
   resumed, bar = res.stdout.find('resuming from round 2'), res.stdout.find('fedavg:')
   assert 0 <= resumed < bar, res.stdout[-2000:]
+
+
+def test_filtered_stderr_drops_only_tensorflows_harmless_factory_lines(capfd):
+  import experiments
+  def noisy():
+    for line in (b'first\n', b'2026-11-29 E cuda_dnn.cc:9342] Unable to register cuDNN factory: '
+                 b'Attempting to register factory for plugin cuDNN when one has already '
+                 b'been registered\n', b'a real error\n'):
+      os.write(2, line)
+    return 7
+  assert experiments._filtered_stderr(noisy) == 7
+  assert capfd.readouterr().err == 'first\na real error\n'
+
+
+def test_importing_tensorflow_under_a_binary_prints_no_factory_errors():
+  """TF 2.14 prints three 'Unable to register cuDNN/cuFFT/cuBLAS factory'
+  ERROR lines on every import (tensorflow/tensorflow#62075); the binaries
+  take them out, and TF_CPP_MIN_LOG_LEVEL=0 keeps them."""
+  code = 'import experiments, tensorflow as tf; print(int(tf.constant(2) + 1))'
+  env = {k: v for k, v in os.environ.items() if k != 'TF_CPP_MIN_LOG_LEVEL'}
+  env['PYTHONPATH'] = ROOT
+  quiet = subprocess.run([sys.executable, '-c', code], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=300)
+  assert quiet.returncode == 0 and quiet.stdout == '3\n', quiet.stderr[-3000:]
+  assert 'Unable to register' not in quiet.stderr, quiet.stderr
+  loud = subprocess.run([sys.executable, '-c', code], cwd=ROOT,
+                        env=dict(env, TF_CPP_MIN_LOG_LEVEL='0'),
+                        capture_output=True, text=True, timeout=300)
+  assert loud.returncode == 0 and loud.stdout == '3\n', loud.stderr[-3000:]
+  assert loud.stderr.count('Unable to register') == 3, loud.stderr

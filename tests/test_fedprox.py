@@ -72,6 +72,22 @@ def test_fedprox_follows_the_proximal_rule(problem, mu):
   assert np.abs(result - reference_fedprox(problem, 2, 0.0)).max() > 1e-2
 
 
+def test_compiled_local_loops_in_tff_rounds_follow_the_proximal_rule(problem):
+  """`--compile_local_loop` end to end: FedProx built inside `compiled_loops`
+  has XLA-compiled client loops in its round (the jit marker in the
+  computation) and, run by the in-process backend for two rounds over clients
+  of four sizes (four shapes to compile), follows the same rule as the loop."""
+  from tff_algos.core import local_training
+  with local_training.compiled_loops(True):
+    process = ours(problem, 0.5)
+  proto = process.next.to_building_block().proto.SerializeToString()
+  assert b'_XlaMustCompile' in proto
+  assert b'_XlaMustCompile' not in ours(problem, 0.5).next.to_building_block(
+  ).proto.SerializeToString()
+  np.testing.assert_allclose(run(process, problem, 2), reference_fedprox(problem, 2, 0.5),
+                             rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize('algorithm,mu', [('fedprox', 0.5), ('fedavg', 0.0)])
 def test_weight_decay_and_clipping_follow_paper_003s_reference_code(problem, algorithm, mu):
   hp = HParams(client_learning_rate=GAMMA, server_learning_rate=SERVER_LR,

@@ -248,6 +248,11 @@ def run_config(output_dir, args: Optional[TrainerArgs] = None):
 _WARNED: set[str] = set()
 
 
+def cohort_too_large(clients_per_round: int, num_clients: int, task: str) -> str:
+  return (f'--clients_per_round={clients_per_round} exceeds the {num_clients} clients '
+          f'of task {task!r}; set --clients_per_round={num_clients} or less')
+
+
 def validate(grid: bool = False, args: Optional[TrainerArgs] = None):
   """All cheap checks; raises FlagError with one readable message.
 
@@ -271,7 +276,9 @@ def validate(grid: bool = False, args: Optional[TrainerArgs] = None):
       print(f'warning: {warning}', file=sys.stderr)
     from tasks import check_options  # pylint: disable=g-import-not-at-top
     options = task_options(a)
-    check_options(a.task, options)
+    known = check_options(a.task, options).num_clients(options)
+    if known is not None and a.clients_per_round > known:  # answered before the data loads
+      raise ValueError(cohort_too_large(a.clients_per_round, known, a.task))
     config = run_config(None, a)
     runtime_flags.check()
     registry.check(a.algorithm, hp)

@@ -42,8 +42,7 @@ def fit_cohort_to(args: trainer_flags.TrainerArgs, num_clients: int,
           f'using --clients_per_round={num_clients}', file=sys.stderr)
     return args.override(clients_per_round=num_clients)
   raise trainer_flags.FlagError(
-      f'--clients_per_round={args.clients_per_round} exceeds the {num_clients} clients '
-      f'of task {task_name!r}; set --clients_per_round={num_clients} or less')
+      trainer_flags.cohort_too_large(args.clients_per_round, num_clients, task_name))
 
 
 def _list(what: str) -> int:

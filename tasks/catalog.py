@@ -20,6 +20,12 @@ FEDDYN_SPLITS = ('iid', 'dirichlet')
 PAPER003_SPLITS = FEDDYN_SPLITS + ('stratified',)
 SHAKESPEARE_003_SPLITS = ('natural', 'iid')
 SYNTHETIC_HETEROGENEITY = ('homogeneous', 'type1', 'type2', 'type3')
+# The training clients of a task split here when --num_clients is not given:
+# its builder reads the number from here, and `TaskSpec.num_clients` answers a
+# request (e.g. --clients_per_round) with it before the data or TensorFlow load.
+DEFAULT_CLIENTS = dict(digits=30, quadratic=10_000, logistic=10, cifar10_lenet=10,
+                       paper003=100, synthetic_logistic=20, shakespeare_003=100,
+                       cifar10_image=500)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,6 +35,14 @@ class TaskSpec:
   models: tuple[str, ...]
   description: str
   check: Optional[Callable[[TaskOptions], None]] = None  # cheap option checks
+  default_clients: Optional[int] = None  # tasks split here: clients without --num_clients
+
+  def num_clients(self, options: TaskOptions) -> Optional[int]:
+    """The training clients `options` give, where known without the data (tasks
+    split here, real data); None: only the loaded task says."""
+    if self.default_clients is None or options.use_synthetic_data:
+      return None
+    return options.num_clients or self.default_clients
 
   @property
   def builder(self) -> Callable:
@@ -73,14 +87,16 @@ def check_shakespeare_003_split(options: TaskOptions) -> None:
 def _paper003(name: str, function: str, models: tuple[str, ...],
               description: str) -> TaskSpec:
   return TaskSpec(name, f'tasks.feddyn_data:{function}', models, description,
-                  check_paper003_split)
+                  check_paper003_split, DEFAULT_CLIENTS['paper003'])
 
 
 TASKS = (
     TaskSpec('digits', 'tasks.embedded:build', ('mlp', 'logistic'),
-             'scikit-learn digits, Dirichlet label skew (offline default)'),
+             'scikit-learn digits, Dirichlet label skew (offline default)',
+             default_clients=DEFAULT_CLIENTS['digits']),
     TaskSpec('quadratic', 'tasks.quadratic:build', ('scalar',),
-             'paper 000 §3 toy: f(x; z) = z x^2/2 - x, z ~ z^-1/2 on [1,3]'),
+             'paper 000 §3 toy: f(x; z) = z x^2/2 - x, z ~ z^-1/2 on [1,3]',
+             default_clients=DEFAULT_CLIENTS['quadratic']),
     TaskSpec('emnist_character', 'tasks.emnist:build',
              ('cnn_dropout', 'cnn', '2nn', 'femnist_cnn'),
              'Federated EMNIST-62 (FEMNIST, 3,400 writers; TFF emnist_all.sqlite): '
@@ -105,10 +121,12 @@ TASKS = (
              "(28x28 crops, the paper's text; cnn004_code: 32x32, the authors' code)"),
     TaskSpec('logistic', 'tasks.libsvm:build', ('logreg',),
              'l2-regularised logistic regression on a LIBSVM file '
-             '(--libsvm_path) or, offline, sklearn breast cancer (paper 001)', check_split),
+             '(--libsvm_path) or, offline, sklearn breast cancer (paper 001)', check_split,
+             DEFAULT_CLIENTS['logistic']),
     TaskSpec('cifar10_lenet', 'tasks.cifar10:build', ('lenet5',),
              'LeNet-5 on CIFAR-10 from a prepared tensorflow-datasets '
-             'cifar10 (paper 001; use --client_batch_size=1024)', check_split),
+             'cifar10 (paper 001; use --client_batch_size=1024)', check_split,
+             DEFAULT_CLIENTS['cifar10_lenet']),
     _paper003('feddyn_digits', 'build_digits', ('mlp_200_100', 'logistic'),
               'scikit-learn digits split as paper 003 (iid|dirichlet, '
               '--unbalanced_sigma), 100 clients (offline)'),
@@ -125,16 +143,16 @@ TASKS = (
     TaskSpec('synthetic_logistic', 'tasks.feddyn_data:build_synthetic', ('logreg',),
              'paper 003 A.1 synthetic multiclass logistic problem, 20 '
              'clients; --synthetic_heterogeneity=homogeneous|type1|type2|type3',
-             check_heterogeneity),
+             check_heterogeneity, DEFAULT_CLIENTS['synthetic_logistic']),
     TaskSpec('shakespeare_003', 'tasks.feddyn_data:build_shakespeare', ('lstm100',),
              "paper 003's Shakespeare: 100 devices x 2,000 samples (80 characters "
              "-> the next), --partition=natural (roles) | iid; 2 x LSTM 100",
-             check_shakespeare_003_split),
+             check_shakespeare_003_split, DEFAULT_CLIENTS['shakespeare_003']),
     TaskSpec('emnist_autoencoder', 'tasks.emnist_autoencoder:build', ('tff_ae',),
              "Federated EMNIST-62 autoencoder (3,400 writers; TFF emnist_all.sqlite): TFF's "
              'bottleneck autoencoder, MSE (Reddi et al.)'),
     TaskSpec('cifar10_image', 'tasks.cifar10_image:build', ('resnet18', 'resnet18_gn2'),
              'CIFAR-10 over 500 clients of 100 images by LDA label skew (Reddi et al.; '
              "prepared tensorflow-datasets cifar10 in --cache_dir): TFF's GroupNorm ResNet-18, "
-             '24x24 random crops and flips'),
+             '24x24 random crops and flips', default_clients=DEFAULT_CLIENTS['cifar10_image']),
 )

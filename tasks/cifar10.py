@@ -18,12 +18,13 @@ import numpy as np
 import tensorflow as tf
 
 from tasks import base
+from tasks import catalog
 from tasks import models
 from tasks import partition
 from tasks.options import TaskOptions
 
 NAME = 'cifar10_lenet'
-DEFAULT_CLIENTS = 10
+DEFAULT_CLIENTS = catalog.DEFAULT_CLIENTS['cifar10_lenet']
 CHANNEL_MEAN = (0.4914, 0.4822, 0.4465)
 CHANNEL_STD = (0.2470, 0.2435, 0.2616)
 

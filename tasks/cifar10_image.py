@@ -24,6 +24,7 @@ import numpy as np
 import tensorflow as tf
 
 from tasks import base
+from tasks import catalog
 from tasks import feddyn_data
 from tasks import image_augment
 from tasks import models
@@ -32,7 +33,7 @@ from tasks import registry
 
 NAME = 'cifar10_image'
 NUM_CLASSES = 10
-NUM_CLIENTS = 500
+NUM_CLIENTS = catalog.DEFAULT_CLIENTS['cifar10_image']
 EXAMPLES_PER_CLIENT = 100
 CROP_SHAPE = (24, 24, 3)
 EVAL_BATCH_SIZE = 64

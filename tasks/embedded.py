@@ -14,10 +14,11 @@ import numpy as np
 import tensorflow as tf
 
 from tasks import base
+from tasks import catalog
 from tasks import partition
 from tasks.options import TaskOptions
 
-DEFAULT_CLIENTS = 30
+DEFAULT_CLIENTS = catalog.DEFAULT_CLIENTS['digits']
 
 
 def load_digits_arrays(seed: int = 0):

@@ -57,7 +57,7 @@ from tasks import models
 from tasks import partition
 from tasks.options import TaskOptions
 
-DEFAULT_CLIENTS = 100
+DEFAULT_CLIENTS = catalog.DEFAULT_CLIENTS['paper003']
 EVAL_BATCH = 1000
 # Channel statistics of the training sets (as the reference code normalises).
 CIFAR100_MEAN = (0.5071, 0.4867, 0.4408)
@@ -264,7 +264,7 @@ def build_cifar100(options: TaskOptions) -> base.Task:
 HETEROGENEITY = catalog.SYNTHETIC_HETEROGENEITY
 SYNTHETIC_GAMMA = 1.0
 SYNTHETIC_DIM, SYNTHETIC_CLASSES = 30, 5
-SYNTHETIC_CLIENTS, SYNTHETIC_AVG_SIZE = 20, 200
+SYNTHETIC_CLIENTS, SYNTHETIC_AVG_SIZE = catalog.DEFAULT_CLIENTS['synthetic_logistic'], 200
 
 
 @dataclasses.dataclass(frozen=True)
@@ -381,7 +381,7 @@ def build_shakespeare(options: TaskOptions) -> base.Task:
   catalog.check_shakespeare_003_split(options)
   raw = tff_data.load('shakespeare', options.cache_dir, options.use_synthetic_data)
   ids = list(raw.train.client_ids)
-  devices = options.num_clients or DEFAULT_CLIENTS
+  devices = options.num_clients or catalog.DEFAULT_CLIENTS['shakespeare_003']
   train_texts, test_texts = _role_texts(raw.train, ids), _role_texts(raw.test, ids)
   sizes = {}
   if options.use_synthetic_data:  # TFF's synthetic roles are a few lines long

@@ -35,10 +35,11 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tasks import base
+from tasks import catalog
 from tasks import partition
 from tasks.options import TaskOptions
 
-DEFAULT_CLIENTS = 10
+DEFAULT_CLIENTS = catalog.DEFAULT_CLIENTS['logistic']
 EVAL_BATCH = 1000
 
 

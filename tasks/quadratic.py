@@ -24,12 +24,13 @@ import tensorflow_federated as tff
 from scipy import integrate
 
 from tasks import base
+from tasks import catalog
 from tasks import partition
 from tasks.options import TaskOptions
 
 Z_LOW, Z_HIGH = 1.0, 3.0
 X_INIT = 0.4
-DEFAULT_CLIENTS = 10_000
+DEFAULT_CLIENTS = catalog.DEFAULT_CLIENTS['quadratic']
 
 
 def sample_z(shape, rng: np.random.Generator) -> np.ndarray:

@@ -32,6 +32,9 @@ def run(cmd, timeout=300):
 
 
 BAD_FLAGS = [
+    ('--clients_per_round=31', 'exceeds the 30 clients of task'),  # before the data loads
+    ('--num_clients=5 --clients_per_round=6', 'exceeds the 5 clients'),
+    ('--task=synthetic_logistic --clients_per_round=21', 'exceeds the 20 clients'),
     ('--total_rounds=-3', 'total_rounds must be >= 1'),
     ('--clients_per_round=0', 'clients_per_round must be >= 1'),
     ('--local_steps=5 --local_steps_decay=1.5', 'decay must be in (0, 1]'),

@@ -15,6 +15,18 @@ from tff_algos import metrics_tables, training
 # ------------------------------------------------------------------ splits
 
 
+@pytest.mark.parametrize('name', ['digits', 'quadratic', 'logistic', 'feddyn_digits',
+                                  'synthetic_logistic'])
+def test_the_catalogs_client_count_is_the_built_tasks(name):
+  """`TaskSpec.num_clients` answers --clients_per_round before the data loads;
+  the built task (offline data) has that many clients, with and without
+  --num_clients."""
+  spec = catalog.TASKS[[s.name for s in catalog.TASKS].index(name)]
+  for options in (TaskOptions(), TaskOptions(num_clients=7)):
+    assert len(get_task(name, options).client_ids) == spec.num_clients(options), options
+  assert spec.num_clients(TaskOptions(use_synthetic_data=True)) is None
+
+
 def test_lognormal_client_sizes_balanced_and_unbalanced():
   assert partition.lognormal_client_sizes(60_000, 100, 0.0, seed=0).tolist() == [600] * 100
   assert partition.lognormal_client_sizes(1438, 100, 0.0, seed=0).tolist() == [14] * 100

@@ -306,12 +306,36 @@ def compiled_fold(dataset: tf.data.Dataset, initial_state: Any,
 
   # One entry more than there are steps: a slice of an empty array does not
   # compile, even in a loop that never runs.
-  state = _xla_loop(fn, spec)(group(~is_short, largest), group(is_short, short_size),
-                              tf.concat([is_short, [False]], 0), tf.concat([index, [0]], 0),
-                              steps, initial_state)
+  loop = _xla_loop(fn, spec)
+  args = (group(~is_short, largest), group(is_short, short_size),
+          tf.concat([is_short, [False]], 0), tf.concat([index, [0]], 0), steps, initial_state)
+  state = loop(*args)
+  _warn_if_convolutions_on_cpu(loop.get_concrete_function(*args))
   with tf.control_dependencies(tf.nest.flatten(state)):  # as `fold`'s sequence point
     tf.timestamp()
   return state
+
+
+_WARNED_CONVOLUTIONS = []
+
+
+def _warn_if_convolutions_on_cpu(function) -> None:
+  """A warning, once a process, for a compiled loop with convolutions and no
+  GPU: XLA's CPU convolutions made the EMNIST CNN's client steps ~20x slower
+  here (0.93 s a 10-step client vs ~0.04 s; docs/performance.md, session 26)."""
+  if _WARNED_CONVOLUTIONS or tf.config.list_logical_devices('GPU'):
+    return
+  graph = function.graph.as_graph_def()
+  ops = {node.op for node in graph.node}
+  ops.update(node.op for f in graph.library.function for node in f.node_def)
+  convolutions = sorted(op for op in ops if op.startswith(('Conv', 'DepthwiseConv')))
+  if convolutions:
+    _WARNED_CONVOLUTIONS.append(True)
+    from absl import logging  # pylint: disable=g-import-not-at-top
+    logging.warning(
+        'compiled local loop (--compile_local_loop) with convolutions (%s) and no GPU: '
+        "XLA's CPU convolutions ran the EMNIST CNN's client steps ~20x slower than "
+        'the uncompiled loop here; drop the flag for this model', ', '.join(convolutions))
 
 
 def _xla_loop(fn, spec):

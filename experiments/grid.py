@@ -113,8 +113,9 @@ def run_grid(runs, grid_dir: str, select_metric: str, select_last_rounds: int,
     work = [work[i] for i in training.seed_major(work, lambda w: w['values']['seed'])]
   try:
     with (runtime_flags.managed_context() if here else contextlib.nullcontext()):
-      for index, result in runtime_flags.map_in_processes(_train_one, work, jobs):
-        results[index] = result
+      with contextlib.closing(runtime_flags.map_in_processes(_train_one, work, jobs)) as done:
+        for index, result in done:
+          results[index] = result
   finally:
     _TASKS.clear()  # this grid's tasks and builds (a worker's die with it)
     _BUILDS.clear()

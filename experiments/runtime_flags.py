@@ -130,14 +130,16 @@ def _died_message(workers, total: int) -> str:
     oom = ', often the out-of-memory killer' if -code == signal.SIGKILL else ''
     return f'killed by {name}{oom}'
 
-  codes = {p.exitcode for p in workers if p.exitcode not in (None, 0)}
-  if codes - {-signal.SIGTERM}:  # the executor ends the survivors with SIGTERM
-    codes -= {-signal.SIGTERM}
-  codes = sorted(codes)
-  said = f" ({'; '.join(how(c) for c in codes)})" if codes else ''
-  return (f'a worker process died{said} before the {total} items of this run '
-          'finished; what finished is written: rerun with fewer --jobs (each worker '
-          'holds its own TensorFlow and data), or --jobs=1 to see its error')
+  # Not SIGTERM: the executor ends the survivors with it.
+  codes = sorted({p.exitcode for p in workers} - {None, 0, -signal.SIGTERM})
+  if not codes:  # e.g. its initialiser failed (its traceback is printed above)
+    return (f'a worker process stopped before the {total} items of this run finished '
+            '(its error, if any, is printed above); what finished is written: rerun '
+            'with --jobs=1 to see the error in this process')
+  return (f"a worker process died ({'; '.join(how(c) for c in codes)}) before the "
+          f'{total} items of this run finished; what finished is written: rerun with '
+          'fewer --jobs (each worker holds its own TensorFlow and data), or --jobs=1 to '
+          'see its error')
 
 
 def _init_worker(options: dict) -> None:
@@ -199,28 +201,52 @@ def map_in_processes(fn: Callable[[Any], Any], items: Iterable[Any], jobs: int,
   # SpawnProcess-N:' and a traceback under the one stop line. They are spawned
   # by the submits (a spawn context starts them on demand).
   main = threading.current_thread() is threading.main_thread()
-  previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
+  finished, workers = False, []
   try:
-    futures = [executor.submit(fn, item) for item in items]
-  finally:
-    if main:
-      signal.signal(signal.SIGINT, previous)
-  workers = [p for p in multiprocessing.active_children() if p not in before]
-  finished = False
-  try:
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
+    try:
+      futures = [executor.submit(_call_in_worker, fn, item) for item in items]
+      workers = [p for p in multiprocessing.active_children() if p not in before]
+    finally:
+      if main:
+        signal.signal(signal.SIGINT, previous)
     for future in concurrent.futures.as_completed(futures):
       try:
         result = future.result()
-      except concurrent.futures.process.BrokenProcessPool:
+      except concurrent.futures.process.BrokenProcessPool as e:
+        if e.__cause__ is not None:  # no death: something a worker sent could not be read
+          raise
         for process in workers:  # their exit codes (the executor ends the others)
           process.join(timeout=10)
         raise UserError(_died_message(workers, len(futures))) from None
       yield result
     finished = True
   finally:
+    # Not waiting for the other items: an error, Ctrl-C, or a caller that
+    # stopped reading (callers close this generator: `contextlib.closing`;
+    # one left open would make the interpreter's exit wait for every item).
     executor.shutdown(wait=finished, cancel_futures=True)
-    if not finished:  # an error, Ctrl-C, or the caller stopped reading: end the others' work
+    if not finished:
       for process in workers:
         process.terminate()
       for process in workers:
         process.join()
+
+
+def _call_in_worker(fn: Callable[[Any], Any], item: Any) -> Any:
+  """`fn(item)` in a worker process, its exception one the parent can read: a
+  `UserError` as a plain one (a subclass may not unpickle: `MissingData`),
+  any other that does not survive pickling as a RuntimeError with its
+  traceback. An exception that cannot be read back broke the whole pool."""
+  import pickle  # pylint: disable=g-import-not-at-top
+  import traceback  # pylint: disable=g-import-not-at-top
+  try:
+    return fn(item)
+  except UserError as e:
+    raise UserError(str(e)) from None
+  except Exception as e:  # pylint: disable=broad-except
+    try:
+      pickle.loads(pickle.dumps(e))
+    except Exception:  # pylint: disable=broad-except
+      raise RuntimeError(''.join(traceback.format_exception(e))) from None
+    raise

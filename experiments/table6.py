@@ -34,6 +34,7 @@ best_config}, `scored_model`, the targets, optima and timings. Also writes resul
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -171,21 +172,23 @@ def run_grid(settings: dict, goals: dict, grid) -> tuple[dict, dict]:
   searches = {s: {m: {} for m in settings['methods']} for s in settings['settings']}
   timing = {m: dict(build_s=0.0, build_cpu_s=0.0, lanes=len(grid.lanes(m)), run_s=0.0,
                     run_cpu_s=0.0, rounds_run=0) for m in settings['methods']}
-  for unit, (found, cost) in grid_lib.run_units(units(settings, goals), grid, settings['jobs'],
-                                                runtime_flags.values(default_compile=True),
-                                                FLAGS.progress):
-    entry = timing[unit.method]
-    for key in ('build_s', 'build_cpu_s', 'run_s', 'run_cpu_s', 'rounds_run'):
-      entry[key] += cost[key]
-    entry['models_per_round'] = cost['models_per_round']
-    for setting, search in zip(unit.settings, found):
-      searches[setting][unit.method][unit.seed] = search
-      print(f'{unit.method} {setting} seed {unit.seed}: first round at target '
-            f'{search.best_round} ({search.best_config}); server model: '
-            f'{search.server.best_round}', file=sys.stderr, flush=True)
-    print(f'{unit.method} {"+".join(unit.settings)} seed {unit.seed}: {cost["rounds_run"]} '
-          f'rounds in {cost["run_s"]:.1f} s wall, {cost["run_cpu_s"]:.1f} s CPU',
-          file=sys.stderr, flush=True)
+  finished_units = contextlib.closing(grid_lib.run_units(
+      units(settings, goals), grid, settings['jobs'], runtime_flags.values(default_compile=True),
+      FLAGS.progress))
+  with finished_units as done:
+    for unit, (found, cost) in done:
+      entry = timing[unit.method]
+      for key in ('build_s', 'build_cpu_s', 'run_s', 'run_cpu_s', 'rounds_run'):
+        entry[key] += cost[key]
+      entry['models_per_round'] = cost['models_per_round']
+      for setting, search in zip(unit.settings, found):
+        searches[setting][unit.method][unit.seed] = search
+        print(f'{unit.method} {setting} seed {unit.seed}: first round at target '
+              f'{search.best_round} ({search.best_config}); server model: '
+              f'{search.server.best_round}', file=sys.stderr, flush=True)
+      print(f'{unit.method} {"+".join(unit.settings)} seed {unit.seed}: {cost["rounds_run"]} '
+            f'rounds in {cost["run_s"]:.1f} s wall, {cost["run_cpu_s"]:.1f} s CPU',
+            file=sys.stderr, flush=True)
   return searches, timing
 
 

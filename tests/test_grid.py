@@ -152,14 +152,19 @@ import os, signal, sys, time
 from experiments import runtime_flags
 from tff_algos.errors import UserError
 
+from tasks import MissingData
+
 def work(item):
-  if item == 1:
+  if item == 1 and sys.argv[1] == 'kill':
     os.kill(os.getpid(), signal.SIGKILL)  # as the out-of-memory killer ends a worker
+  if item == 1 and sys.argv[1] == 'missing':  # a UserError that does not unpickle as it is
+    raise MissingData('the data file x is missing', 'download it')
   time.sleep(0.5)
   return item
 
 if __name__ == '__main__':
-  options = dict(backend='inprocess', workers=None, concurrent_clients=None)
+  options = dict(backend='inprocess' if sys.argv[1] != 'bad_backend' else 'nope',
+                 workers=None, concurrent_clients=None)
   done = []
   try:
     for result in runtime_flags.map_in_processes(work, range(6), 2, options):
@@ -170,14 +175,22 @@ if __name__ == '__main__':
 """
 
 
-def test_a_worker_process_that_dies_is_one_error_not_a_hang(tmp_path):
+@pytest.mark.parametrize('how,said', [
+    ('kill', 'error: a worker process died (killed by SIGKILL, often the out-of-memory '
+             'killer) before the 6 items'),
+    ('missing', 'error: the data file x is missing; download it'),
+    ('bad_backend', 'error: a worker process stopped before the 6 items'),
+])
+def test_a_worker_process_that_dies_is_one_error_not_a_hang(tmp_path, how, said):
   """A worker killed mid-item (e.g. by the out-of-memory killer) ends the map
   with one line naming the signal and the fix; a multiprocessing.Pool waited
-  forever for the item it held (a CI run once hung so)."""
+  forever for the item it held (a CI run once hung so). A worker's user
+  error reaches the parent as its own line (MissingData does not unpickle as
+  it is: it broke the pool); a worker whose start fails is said as such."""
   import psutil
   script = tmp_path / 'dying.py'
   script.write_text(_DYING_WORKER)
-  proc = subprocess.Popen([sys.executable, str(script)], cwd=ROOT, text=True,
+  proc = subprocess.Popen([sys.executable, str(script), how], cwd=ROOT, text=True,
                           env=dict(os.environ, PYTHONPATH=ROOT),
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE)
   try:
@@ -187,9 +200,9 @@ def test_a_worker_process_that_dies_is_one_error_not_a_hang(tmp_path):
     proc.kill()
     psutil.wait_procs(children, timeout=10)
   assert proc.returncode == 2, (out, err[-3000:])
-  assert out.startswith('error: a worker process died (killed by SIGKILL, often the '
-                        'out-of-memory killer) before the 6 items'), out
-  assert 'fewer --jobs' in out and 'Traceback' not in err, (out, err[-3000:])
+  assert out.startswith(said), (out, err[-3000:])
+  if how == 'kill':
+    assert 'fewer --jobs' in out and 'Traceback' not in err, (out, err[-3000:])
 
 
 @pytest.mark.timeout(1200)

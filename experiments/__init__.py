@@ -19,54 +19,112 @@ os.environ.setdefault('TF2_BEHAVIOR', '1')
 # machine: "Unable to register cuDNN/cuFFT/cuBLAS factory: Attempting to
 # register factory for plugin ... when one has already been registered"
 # (tensorflow/tensorflow#62075: its CUDA plugins are registered twice). They
-# are harmless and say nothing about this machine's GPU, yet they are the first
-# thing every binary printed, in each --jobs worker too. TF_CPP_MIN_LOG_LEVEL=3
-# would also hide real errors; instead the C++ side's stderr is captured while
-# TensorFlow imports, and everything else in it is written back, in order.
-# TF_CPP_MIN_LOG_LEVEL=0 keeps them.
+# are harmless and say nothing about this machine's GPU, yet they were the
+# first thing every binary printed, in each --jobs worker too.
+# TF_CPP_MIN_LOG_LEVEL=3 would also hide real errors; instead, while TensorFlow
+# imports, stderr (fd 2) goes through a forked filter process that drops them
+# and passes every other line on, in order. It reads until the last writer
+# closes, so a crash of this process during the import still gets its last
+# words out. TF_CPP_MIN_LOG_LEVEL=0 keeps them.
 _HARMLESS = re.compile(rb'Unable to register cu(DNN|FFT|BLAS) factory: Attempting to '
                        rb'register factory for plugin cu\w+ when one has already been registered')
 
 
 class _TensorFlowImportFilter:
-  """A meta path finder that runs TensorFlow's import with `_HARMLESS` lines
-  taken out of stderr (fd 2), once, then leaves `sys.meta_path`."""
+  """A meta path finder whose spec of `tensorflow` runs the module's import
+  under `_filtered_stderr`; it leaves `sys.meta_path` when that import runs."""
+
+  def __init__(self):
+    self._finding = False
 
   def find_spec(self, name, path=None, target=None):
     del path, target
-    if name != 'tensorflow':
+    if name != 'tensorflow' or self._finding:
       return None
-    sys.meta_path.remove(self)
     import importlib.util  # pylint: disable=g-import-not-at-top
-    spec = importlib.util.find_spec(name)
+    self._finding = True  # the search below meets this finder again
+    try:
+      spec = importlib.util.find_spec(name)
+    finally:
+      self._finding = False
     loader = getattr(spec, 'loader', None)
-    if loader is not None and hasattr(loader, 'exec_module'):
-      execute = loader.exec_module
+    if loader is None or not hasattr(loader, 'exec_module'):
+      return spec
+    execute = loader.exec_module
 
-      def exec_module(module):
-        del loader.exec_module  # the loader's own again
-        _filtered_stderr(execute, module)
+    def exec_module(module):
+      del loader.exec_module  # the loader's own again
+      if self in sys.meta_path:
+        sys.meta_path.remove(self)
+      return _filtered_stderr(execute, module)
 
-      loader.exec_module = exec_module
+    loader.exec_module = exec_module
     return spec
 
 
 def _filtered_stderr(fn, *args):
-  """fn(*args) with fd 2 captured; its lines but `_HARMLESS` written back."""
-  import tempfile  # pylint: disable=g-import-not-at-top
-  sys.stderr.flush()
-  saved = os.dup(2)
-  with tempfile.TemporaryFile() as captured:
-    os.dup2(captured.fileno(), 2)
-    try:
-      return fn(*args)
-    finally:
+  """fn(*args) with fd 2 written through a forked process that drops
+  `_HARMLESS` lines; fn(*args) as it is where fd 2 cannot be redirected."""
+  try:
+    if sys.stderr is not None:
       sys.stderr.flush()
-      os.dup2(saved, 2)
+    saved = os.dup(2)
+  except (OSError, ValueError):
+    return fn(*args)
+  try:
+    read_end, write_end = os.pipe()
+  except OSError:
+    os.close(saved)
+    return fn(*args)
+  try:
+    pid = os.fork()
+  except OSError:
+    for fd in (saved, read_end, write_end):
+      os.close(fd)
+    return fn(*args)
+  if pid == 0:  # the filter: reads until every writer has closed the pipe
+    try:
+      import signal  # pylint: disable=g-import-not-at-top
+      signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent says what Ctrl-C did
+      os.close(write_end)
       os.close(saved)
-      captured.seek(0)
-      os.write(2, b''.join(line for line in captured.read().splitlines(keepends=True)
-                           if not _HARMLESS.search(line)))
+      _copy_lines(read_end, 2)
+    finally:
+      os._exit(0)  # pylint: disable=protected-access
+  os.close(read_end)
+  os.dup2(write_end, 2)
+  os.close(write_end)
+  try:
+    return fn(*args)
+  finally:
+    if sys.stderr is not None:
+      try:
+        sys.stderr.flush()
+      except (OSError, ValueError):
+        pass
+    os.dup2(saved, 2)  # the pipe's last writer closed: the filter drains it and ends
+    os.close(saved)
+    os.waitpid(pid, 0)  # its lines are out before anything printed next
+
+
+def _copy_lines(source: int, sink: int) -> None:
+  """The lines read from `source` but `_HARMLESS` ones, written to `sink`;
+  reads to the end even when `sink` fails (a writer must never block)."""
+  pending, writable = b'', True
+  while True:
+    chunk = os.read(source, 1 << 16)
+    if chunk:
+      *lines, pending = (pending + chunk).split(b'\n')
+      out = b''.join(line + b'\n' for line in lines if not _HARMLESS.search(line))
+    else:  # the end: an unterminated last line
+      out = b'' if _HARMLESS.search(pending) else pending
+    while writable and out:
+      try:
+        out = out[os.write(sink, out):]
+      except OSError:
+        writable = False
+    if not chunk:
+      return
 
 
 if not _VERBOSE and 'tensorflow' not in sys.modules:

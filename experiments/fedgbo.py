@@ -174,8 +174,8 @@ def main(argv):
         raise ValueError(f'--ks must be positive integers, got {k!r}')
     combos = [(t, k, a) for t in FLAGS.tasks for k in FLAGS.ks for a in FLAGS.algorithms]
     runs = [_run_args(base, _settings(*combo, overrides, explicit)) for combo in combos]
-    for args in runs:  # validate every run before starting any
-      trainer_flags.validate(grid=True, args=args)
+    for (preset, _, _), args in zip(combos, runs):  # validate every run before starting any
+      trainer_flags.validate(grid=True, args=args, check_cohort=preset != 'sent140')
   except (ValueError, flags.Error) as e:
     return common.fail(e)
   trainer_flags.warn_ignored_flags(FLAGS.algorithms, base)
@@ -190,7 +190,8 @@ def main(argv):
   builds = registry.BuildCache()  # runs differing only in K (or eta) share a build
   with runtime_flags.managed_context():
     for i, ((preset, k, name), args) in enumerate(zip(combos, runs)):
-      options, hp, _ = trainer_flags.validate(grid=True, args=args)
+      options, hp, _ = trainer_flags.validate(grid=True, args=args,
+                                              check_cohort=preset != 'sent140')
       key = (preset, options)
       if key not in tasks_cache:
         tasks_cache[key] = (sent140.build(FLAGS.sent140_dir, args.client_batch_size)

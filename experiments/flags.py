@@ -253,12 +253,16 @@ def cohort_too_large(clients_per_round: int, num_clients: int, task: str) -> str
           f'of task {task!r}; set --clients_per_round={num_clients} or less')
 
 
-def validate(grid: bool = False, args: Optional[TrainerArgs] = None):
+def validate(grid: bool = False, args: Optional[TrainerArgs] = None,
+             check_cohort: bool = True):
   """All cheap checks; raises FlagError with one readable message.
 
   The checks that need no TensorFlow come first (the algorithm's flag rules
   included: a bad combination is answered in about a second); the task
   checks, the run config and the algorithm's config may load it.
+  `check_cohort`: refuse a --clients_per_round above the task's client count
+  where the catalog knows it (False where --task only stands in for data
+  loaded otherwise, e.g. fedgbo's Sent140).
   Returns (TaskOptions, HParams, RunConfig without an output directory).
   """
   a = args_of(args)
@@ -277,7 +281,7 @@ def validate(grid: bool = False, args: Optional[TrainerArgs] = None):
     from tasks import check_options  # pylint: disable=g-import-not-at-top
     options = task_options(a)
     known = check_options(a.task, options).num_clients(options)
-    if known is not None and a.clients_per_round > known:  # answered before the data loads
+    if check_cohort and known is not None and a.clients_per_round > known:  # answered before the data loads
       raise ValueError(cohort_too_large(a.clients_per_round, known, a.task))
     config = run_config(None, a)
     runtime_flags.check()

@@ -106,6 +106,21 @@ def test_binary_refuses_sent140_without_its_files(tmp_path):
   assert 'train/*.json' in res.stderr and 'preprocess.sh' in res.stderr
 
 
+def test_sent140s_placeholder_task_does_not_cap_its_cohort(tmp_path):
+  """The Sent140 preset names --task=digits only as a stand-in for its own
+  loader: a cohort above digits' 30 clients is not refused for it (the run
+  takes the data's clients, here 2)."""
+  d = str(tmp_path / 'leaf')
+  write_leaf(d, 'train', {'u1': (['good day', 'bad day'], [1, 0]),
+                          'u2': (['great day', 'awful'], [1, 0])})
+  write_leaf(d, 'test', {'u1': (['good'], [1]), 'u2': (['bad'], [0])})
+  res = run_fedgbo('--tasks=sent140', f'--sent140_dir={d}', '--algorithms=fedavg', '--ks=1',
+                   '--clients_per_round=40', '--total_rounds=1', '--rounds_per_eval=1',
+                   f'--root_output_dir={tmp_path}')
+  assert res.returncode == 0, res.stderr[-3000:]
+  assert 'exceeds' not in res.stderr
+
+
 # All seven algorithms of paper 004's Table IV.
 SMOKE_ALGORITHMS = 'fedavg,fedgbo,mfl,mimelite,mimexlite,fedmax,fedprox'
 

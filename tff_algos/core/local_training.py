@@ -310,7 +310,8 @@ def compiled_fold(dataset: tf.data.Dataset, initial_state: Any,
   args = (group(~is_short, largest), group(is_short, short_size),
           tf.concat([is_short, [False]], 0), tf.concat([index, [0]], 0), steps, initial_state)
   state = loop(*args)
-  _warn_if_convolutions_on_cpu(loop.get_concrete_function(*args))
+  if not _WARNED_CONVOLUTIONS and not tf.config.list_logical_devices('GPU'):
+    _warn_if_convolutions_on_cpu(loop.get_concrete_function(*args))
   with tf.control_dependencies(tf.nest.flatten(state)):  # as `fold`'s sequence point
     tf.timestamp()
   return state
@@ -320,11 +321,9 @@ _WARNED_CONVOLUTIONS = []
 
 
 def _warn_if_convolutions_on_cpu(function) -> None:
-  """A warning, once a process, for a compiled loop with convolutions and no
-  GPU: XLA's CPU convolutions made the EMNIST CNN's client steps ~20x slower
+  """A warning, once a process, if the compiled loop `function` convolves
+  (called only without a GPU): XLA's CPU convolutions made the EMNIST CNN's client steps ~20x slower
   here (0.93 s a 10-step client vs ~0.04 s; docs/performance.md, session 26)."""
-  if _WARNED_CONVOLUTIONS or tf.config.list_logical_devices('GPU'):
-    return
   graph = function.graph.as_graph_def()
   ops = {node.op for node in graph.node}
   ops.update(node.op for f in graph.library.function for node in f.node_def)

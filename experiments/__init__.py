@@ -64,7 +64,12 @@ class _TensorFlowImportFilter:
 
 def _filtered_stderr(fn, *args):
   """fn(*args) with fd 2 written through a forked process that drops
-  `_HARMLESS` lines; fn(*args) as it is where fd 2 cannot be redirected."""
+  `_HARMLESS` lines; fn(*args) as it is where fd 2 cannot be redirected or
+  threads run (a fork copies only this one)."""
+  import signal  # pylint: disable=g-import-not-at-top
+  import threading  # pylint: disable=g-import-not-at-top
+  if threading.active_count() > 1:
+    return fn(*args)
   try:
     if sys.stderr is not None:
       sys.stderr.flush()
@@ -78,14 +83,14 @@ def _filtered_stderr(fn, *args):
     return fn(*args)
   try:
     pid = os.fork()
-  except OSError:
+  except Exception:  # pylint: disable=broad-except
     for fd in (saved, read_end, write_end):
       os.close(fd)
     return fn(*args)
   if pid == 0:  # the filter: reads until every writer has closed the pipe
     try:
-      import signal  # pylint: disable=g-import-not-at-top
-      signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent says what Ctrl-C did
+      for sig in (signal.SIGINT, signal.SIGTERM):  # the parent says what they did
+        signal.signal(sig, signal.SIG_IGN)
       os.close(write_end)
       os.close(saved)
       _copy_lines(read_end, 2)
@@ -104,7 +109,21 @@ def _filtered_stderr(fn, *args):
         pass
     os.dup2(saved, 2)  # the pipe's last writer closed: the filter drains it and ends
     os.close(saved)
-    os.waitpid(pid, 0)  # its lines are out before anything printed next
+    _await_filter(pid)
+
+
+def _await_filter(pid: int, patience_s: float = 5.0) -> None:
+  """Waits until the filter has written its lines (so that they come before
+  anything printed next) and ends, for at most `patience_s`: a process that
+  the import started and that holds a copy of the pipe keeps it reading, and
+  then it goes on by itself."""
+  import time  # pylint: disable=g-import-not-at-top
+  deadline = time.monotonic() + patience_s
+  try:
+    while os.waitpid(pid, os.WNOHANG) == (0, 0) and time.monotonic() < deadline:
+      time.sleep(0.001)
+  except ChildProcessError:  # reaped elsewhere (SIGCHLD ignored, a child watcher)
+    pass
 
 
 def _copy_lines(source: int, sink: int) -> None:

@@ -130,13 +130,15 @@ def _died_message(workers, total: int) -> str:
     oom = ', often the out-of-memory killer' if -code == signal.SIGKILL else ''
     return f'killed by {name}{oom}'
 
-  # Not SIGTERM: the executor ends the survivors with it.
-  codes = sorted({p.exitcode for p in workers} - {None, 0, -signal.SIGTERM})
-  if not codes:  # e.g. its initialiser failed (its traceback is printed above)
+  codes = {p.exitcode for p in workers} - {None}
+  died = sorted(codes - {0, -signal.SIGTERM})  # SIGTERM: how the executor ends the others
+  if not died and -signal.SIGTERM in codes and 0 not in codes:
+    died = [-signal.SIGTERM]  # killed by someone's SIGTERM
+  if not died:  # it returned, e.g. its initialiser failed (its traceback is printed above)
     return (f'a worker process stopped before the {total} items of this run finished '
             '(its error, if any, is printed above); what finished is written: rerun '
             'with --jobs=1 to see the error in this process')
-  return (f"a worker process died ({'; '.join(how(c) for c in codes)}) before the "
+  return (f"a worker process died ({'; '.join(how(c) for c in died)}) before the "
           f'{total} items of this run finished; what finished is written: rerun with '
           'fewer --jobs (each worker holds its own TensorFlow and data), or --jobs=1 to '
           'see its error')
@@ -234,19 +236,19 @@ def map_in_processes(fn: Callable[[Any], Any], items: Iterable[Any], jobs: int,
 
 
 def _call_in_worker(fn: Callable[[Any], Any], item: Any) -> Any:
-  """`fn(item)` in a worker process, its exception one the parent can read: a
-  `UserError` as a plain one (a subclass may not unpickle: `MissingData`),
-  any other that does not survive pickling as a RuntimeError with its
-  traceback. An exception that cannot be read back broke the whole pool."""
+  """`fn(item)` in a worker process, its exception one the parent can read
+  (one that cannot be read back breaks the whole pool): as it is where it
+  survives pickling, else a `UserError` as a plain one and any other as a
+  RuntimeError with its traceback."""
   import pickle  # pylint: disable=g-import-not-at-top
   import traceback  # pylint: disable=g-import-not-at-top
   try:
     return fn(item)
-  except UserError as e:
-    raise UserError(str(e)) from None
   except Exception as e:  # pylint: disable=broad-except
     try:
       pickle.loads(pickle.dumps(e))
     except Exception:  # pylint: disable=broad-except
+      if isinstance(e, UserError):
+        raise UserError(str(e)) from None
       raise RuntimeError(''.join(traceback.format_exception(e))) from None
     raise

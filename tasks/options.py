@@ -25,6 +25,9 @@ class MissingData(TaskError):
     self.missing, self.get_it, self.offline = missing, get_it, offline
     super().__init__(f'{missing}; {get_it}; {offline}')
 
+  def __reduce__(self):  # what a --jobs worker sends back (args alone do not rebuild it)
+    return MissingData, (self.missing, self.get_it, self.offline)
+
   def offline_instead(self, offline: str) -> 'MissingData':
     return MissingData(self.missing, self.get_it, offline)
 

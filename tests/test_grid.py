@@ -265,3 +265,28 @@ def test_ctrl_c_on_a_grid_in_worker_processes_is_one_line(tmp_path):
   assert proc.returncode == 130, err[-3000:]
   assert 'Traceback' not in err and 'Spawn' not in err, err[-3000:]
   assert psutil.wait_procs(workers, timeout=60)[1] == []  # none left alive
+
+
+def test_a_workers_missing_data_error_comes_back_whole():
+  """What a --jobs worker sends back: MissingData with its parts (its args
+  alone did not rebuild it), and an exception that cannot be pickled as a
+  RuntimeError carrying its traceback, a user error as a plain one."""
+  import pickle
+  from experiments import runtime_flags
+  from tasks import MissingData
+  from tff_algos.errors import UserError
+  e = pickle.loads(pickle.dumps(MissingData('x is missing', 'get it', 'or not')))
+  assert type(e) is MissingData and (e.missing, e.get_it, e.offline) == (
+      'x is missing', 'get it', 'or not') and str(e) == 'x is missing; get it; or not'
+
+  class Unpicklable(UserError):
+    def __init__(self, a, b):
+      super().__init__(f'{a} {b}')
+
+  def raise_(error):
+    raise error
+  with pytest.raises(UserError, match='^one two$') as caught:
+    runtime_flags._call_in_worker(raise_, Unpicklable('one', 'two'))
+  assert type(caught.value) is UserError
+  with pytest.raises(RuntimeError, match='(?s)Traceback.*ValueError: <function'):
+    runtime_flags._call_in_worker(raise_, ValueError(lambda: 0))

@@ -280,8 +280,8 @@ def validate(grid: bool = False, args: Optional[TrainerArgs] = None,
       print(f'warning: {warning}', file=sys.stderr)
     from tasks import check_options  # pylint: disable=g-import-not-at-top
     options = task_options(a)
-    known = check_options(a.task, options).num_clients(options)
-    if check_cohort and known is not None and a.clients_per_round > known:  # answered before the data loads
+    known = check_options(a.task, options).num_clients(options)  # before the data loads
+    if check_cohort and known is not None and a.clients_per_round > known:
       raise ValueError(cohort_too_large(a.clients_per_round, known, a.task))
     config = run_config(None, a)
     runtime_flags.check()

@@ -322,8 +322,9 @@ _WARNED_CONVOLUTIONS = []
 
 def _warn_if_convolutions_on_cpu(function) -> None:
   """A warning, once a process, if the compiled loop `function` convolves
-  (called only without a GPU): XLA's CPU convolutions made the EMNIST CNN's client steps ~20x slower
-  here (0.93 s a 10-step client vs ~0.04 s; docs/performance.md, session 26)."""
+  (called only without a GPU): XLA's CPU convolutions made the EMNIST CNN's
+  client steps ~20x slower here (0.93 s a 10-step client vs ~0.04 s;
+  docs/performance.md, session 26)."""
   graph = function.graph.as_graph_def()
   ops = {node.op for node in graph.node}
   ops.update(node.op for f in graph.library.function for node in f.node_def)

@@ -149,9 +149,15 @@ def _init_worker(options: dict) -> None:
   as its default TFF context, stopped when the process exits."""
   import atexit  # pylint: disable=g-import-not-at-top
   from experiments import common  # pylint: disable=g-import-not-at-top
-  # SIGINT is ignored here from the start (`map_in_processes`); the pool's
-  # SIGTERM ends the process at once, and a C++ backend's worker binaries
-  # follow it (`PR_SET_PDEATHSIG`, tff_algos/runtime/context.py).
+  # SIGINT, blocked from the start (`map_in_processes`), is ignored from here
+  # on (a Ctrl-C that came meanwhile is dropped) and so in the processes this
+  # one starts; the pool's SIGTERM ends the process at once, and a C++
+  # backend's worker binaries follow it (`PR_SET_PDEATHSIG`,
+  # tff_algos/runtime/context.py).
+  import signal  # pylint: disable=g-import-not-at-top
+  signal.signal(signal.SIGINT, signal.SIG_IGN)
+  if hasattr(signal, 'pthread_sigmask'):
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
   from tff_algos import runtime  # pylint: disable=g-import-not-at-top
   # Whole lines: the workers share the parent's stdout, a pipe when captured,
   # where a block-buffered flush could end mid-line, and an unbuffered one
@@ -187,7 +193,6 @@ def map_in_processes(fn: Callable[[Any], Any], items: Iterable[Any], jobs: int,
   import concurrent.futures  # pylint: disable=g-import-not-at-top
   import multiprocessing  # pylint: disable=g-import-not-at-top
   import signal  # pylint: disable=g-import-not-at-top
-  import threading  # pylint: disable=g-import-not-at-top
   # concurrent.futures, not multiprocessing.Pool: a Pool replaces a worker
   # that dies (killed for memory, a crash in TensorFlow) and waits forever for
   # the task it held; this executor fails every pending task at once
@@ -197,31 +202,37 @@ def map_in_processes(fn: Callable[[Any], Any], items: Iterable[Any], jobs: int,
       min(jobs, len(items)), mp_context=multiprocessing.get_context('spawn'),
       initializer=_init_worker, initargs=(options or values(),))
   # Ctrl-C reaches the terminal's whole process group: only this process acts
-  # on it (leaving this generator ends the workers). The workers start with
-  # SIGINT ignored (inherited, so from their first import on): one that raised
-  # KeyboardInterrupt, e.g. while importing TensorFlow, printed 'Process
-  # SpawnProcess-N:' and a traceback under the one stop line. They are spawned
-  # by the submits (a spawn context starts them on demand).
-  main = threading.current_thread() is threading.main_thread()
+  # on it (leaving this generator ends the workers). The workers must not: one
+  # that raised KeyboardInterrupt, e.g. while importing TensorFlow, printed
+  # 'Process SpawnProcess-N:' and a traceback under the one stop line. They are
+  # spawned by the submits (a spawn context starts them on demand) with SIGINT
+  # blocked (a thread's signal mask is inherited, so from their first import
+  # on), and `_init_worker` ignores it. Blocked here, not ignored: a Ctrl-C
+  # during the submits waits and then stops this process, where an ignored one
+  # was lost.
+  blockable = hasattr(signal, 'pthread_sigmask')
   finished, workers = False, []
   try:
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
     try:
-      futures = [executor.submit(_call_in_worker, fn, item) for item in items]
-      workers = [p for p in multiprocessing.active_children() if p not in before]
-    finally:
-      if main:
-        signal.signal(signal.SIGINT, previous)
-    for future in concurrent.futures.as_completed(futures):
+      if blockable:
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
       try:
-        result = future.result()
-      except concurrent.futures.process.BrokenProcessPool as e:
-        if e.__cause__ is not None:  # no death: something a worker sent could not be read
-          raise
-        for process in workers:  # their exit codes (the executor ends the others)
-          process.join(timeout=10)
-        raise UserError(_died_message(workers, len(futures))) from None
-      yield result
+        futures = []
+        for item in items:
+          futures.append(executor.submit(_call_in_worker, fn, item))
+          # Taken while alive (a dead one leaves `active_children()`).
+          workers += [p for p in _spawned(before) if p not in workers]
+      finally:
+        if blockable:
+          signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+      for future in concurrent.futures.as_completed(futures):
+        yield future.result()
+    except concurrent.futures.process.BrokenProcessPool as e:
+      if e.__cause__ is not None:  # no death: something a worker sent could not be read
+        raise
+      for process in workers:  # their exit codes (the executor ends the others)
+        process.join(timeout=10)
+      raise UserError(_died_message(workers, len(items))) from None
     finished = True
   finally:
     # Not waiting for the other items: an error, Ctrl-C, or a caller that
@@ -233,6 +244,12 @@ def map_in_processes(fn: Callable[[Any], Any], items: Iterable[Any], jobs: int,
         process.terminate()
       for process in workers:
         process.join()
+
+
+def _spawned(before: set) -> list:
+  """The child processes started since `before` (`active_children()` then)."""
+  import multiprocessing  # pylint: disable=g-import-not-at-top
+  return [p for p in multiprocessing.active_children() if p not in before]
 
 
 def _call_in_worker(fn: Callable[[Any], Any], item: Any) -> Any:

@@ -162,9 +162,21 @@ def work(item):
   time.sleep(0.5)
   return item
 
+def killing_submit(self, *args, **kwargs):  # a worker dies while the items are submitted
+  future = super(type(self), self).submit(*args, **kwargs)
+  if len(self._processes) == 2 and not getattr(self, 'killed', False):
+    self.killed = True
+    os.kill(next(iter(self._processes)), signal.SIGKILL)
+    time.sleep(2)  # until the executor has seen it
+  return future
+
 if __name__ == '__main__':
   options = dict(backend='inprocess' if sys.argv[1] != 'bad_backend' else 'nope',
                  workers=None, concurrent_clients=None)
+  if sys.argv[1] == 'kill_at_submit':
+    import concurrent.futures
+    concurrent.futures.ProcessPoolExecutor = type(
+        'Killing', (concurrent.futures.ProcessPoolExecutor,), dict(submit=killing_submit))
   done = []
   try:
     for result in runtime_flags.map_in_processes(work, range(6), 2, options):
@@ -180,6 +192,8 @@ if __name__ == '__main__':
              'killer) before the 6 items'),
     ('missing', 'error: the data file x is missing; download it'),
     ('bad_backend', 'error: a worker process stopped before the 6 items'),
+    ('kill_at_submit', 'error: a worker process died (killed by SIGKILL, often the '
+                       'out-of-memory killer) before the 6 items'),
 ])
 def test_a_worker_process_that_dies_is_one_error_not_a_hang(tmp_path, how, said):
   """A worker killed mid-item (e.g. by the out-of-memory killer) ends the map
@@ -201,7 +215,7 @@ def test_a_worker_process_that_dies_is_one_error_not_a_hang(tmp_path, how, said)
     psutil.wait_procs(children, timeout=10)
   assert proc.returncode == 2, (out, err[-3000:])
   assert out.startswith(said), (out, err[-3000:])
-  if how == 'kill':
+  if how.startswith('kill'):
     assert 'fewer --jobs' in out and 'Traceback' not in err, (out, err[-3000:])
 
 
@@ -265,6 +279,57 @@ def test_ctrl_c_on_a_grid_in_worker_processes_is_one_line(tmp_path):
   assert proc.returncode == 130, err[-3000:]
   assert 'Traceback' not in err and 'Spawn' not in err, err[-3000:]
   assert psutil.wait_procs(workers, timeout=60)[1] == []  # none left alive
+
+
+_INTERRUPTED_SPAWN = """
+import concurrent.futures, os, signal, sys, time
+from experiments import runtime_flags
+
+submit = concurrent.futures.ProcessPoolExecutor.submit
+
+def interrupting_submit(self, *args, **kwargs):  # Ctrl-C while the workers are spawned
+  future = submit(self, *args, **kwargs)
+  if not getattr(self, 'interrupted', False):
+    self.interrupted = True
+    os.kill(os.getpid(), signal.SIGINT)
+  return future
+
+def work(item):
+  time.sleep(0.5)
+  return item
+
+if __name__ == '__main__':
+  concurrent.futures.ProcessPoolExecutor.submit = interrupting_submit
+  options = dict(backend='inprocess', workers=None, concurrent_clients=None)
+  done = []
+  try:
+    for result in runtime_flags.map_in_processes(work, range(6), 2, options):
+      done.append(result)
+  except KeyboardInterrupt:
+    print('interrupted after', len(done), flush=True)
+    sys.exit(130)
+  print('finished', sorted(done), flush=True)
+"""
+
+
+def test_ctrl_c_while_the_workers_are_spawned_stops_the_map(tmp_path):
+  """A Ctrl-C that comes while `map_in_processes` spawns its workers (SIGINT
+  is held from them then) stops the map at once, workers included, instead
+  of being lost (it was ignored there, and every item ran)."""
+  import psutil
+  script = tmp_path / 'interrupted.py'
+  script.write_text(_INTERRUPTED_SPAWN)
+  proc = subprocess.Popen([sys.executable, str(script)], cwd=ROOT, text=True,
+                          env=dict(os.environ, PYTHONPATH=ROOT),
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+  try:
+    out, err = proc.communicate(timeout=240)
+  finally:
+    children = psutil.Process(proc.pid).children(recursive=True) if proc.poll() is None else []
+    proc.kill()
+    psutil.wait_procs(children, timeout=10)
+  assert (proc.returncode, out) == (130, 'interrupted after 0\n'), (out, err[-3000:])
+  assert 'Traceback' not in err and 'Spawn' not in err, err[-3000:]
 
 
 def test_a_workers_missing_data_error_comes_back_whole():

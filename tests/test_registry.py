@@ -64,7 +64,12 @@ def test_specific_flags_are_derived_from_the_specs():
       'fedmax_beta': {'fedmax'}, 'fedmax_reference_kl': {'fedmax'},
       'gbo_reference_conventions': {'fedgbo', 'mfl', 'mimelite', 'mimexlite'},
       'server_adaptive_lr': {'nastya'}, 'client_lr_milestones': {'nastya', 'fedrr'},
-      'token_weighting': {'fedavg'}}
+      'token_weighting': {'fedavg'}, 'theta': {'local_update', 'local_update_decay'},
+      'decay_reference_semantics': {'local_update', 'reptile', 'fomaml', 'kmaml',
+                                    'minibatch_sgd', 'local_update_decay'},
+      **{flag: {'local_update_decay'} for flag in (
+          'decay_min_delta', 'client_lr_decay_factor', 'server_lr_decay_factor',
+          'decay_patience', 'decay_window', 'decay_cooldown')}}
 
 
 def test_every_spec_names_a_config_and_a_builder_of_its_module():
@@ -117,6 +122,20 @@ print('tensorflow' in sys.modules, 'tensorflow_federated' in sys.modules)
     ('--algorithm=mfl --client_optimizer=yogi', 'MFL averages client optimiser state'),
     ('--algorithm=kmaml --client_optimizer=adam', 'kmaml does not use --client_optimizer'),
     ('--algorithm=fednova --server_optimizer=adam', 'fednova does not use --server_optimizer'),
+    # Flags that were dropped without a word (a first-hour review, session 27).
+    ('--algorithm=reptile --theta=1,2', '--theta is not used by reptile (only by '
+                                         'local_update, local_update_decay)'),
+    ('--algorithm=fedavg --decay_patience=5', '--decay_patience is not used by fedavg'),
+    ('--algorithm=fedavg --decay_reference_semantics', '--decay_reference_semantics is not '
+                                                       'used by fedavg'),
+    ('--algorithm=fedavg --server_momentum=0.5', '--server_momentum is not used by '
+     '--server_optimizer=sgd (it takes only the learning rate); leave it unset or use '
+     '--server_optimizer=sgdm'),
+    ('--algorithm=fedavg --server_optimizer=adagrad --server_beta_1=0.9',
+     '--server_beta_1 is not used by --server_optimizer=adagrad (it takes '
+     '--server_epsilon, --server_initial_accumulator)'),
+    ('--algorithm=fedgbo --client_optimizer=rmsprop --client_beta_1=0.9',
+     '--client_beta_1 is not used by --client_optimizer=rmsprop'),
 ])
 def test_bad_algorithm_flags_are_answered_without_tensorflow(argv, message):
   import subprocess
@@ -140,3 +159,22 @@ def test_a_zero_client_learning_rate_is_a_warning_outside_the_local_update_famil
     assert flag_rules.warnings(name, HParams()) == []
   for name in flag_rules.ZERO_CLIENT_STEP_OK:
     assert name in registry.ALGORITHMS and flag_rules.warnings(name, zero) == []
+
+
+def test_a_zero_server_learning_rate_is_a_warning_but_as_an_adaptive_start():
+  from tff_algos import flag_rules
+  zero = HParams(server_learning_rate=0.0)
+  for name in ('fedavg', 'scaffold', 'reptile', 'nastya'):
+    (warning,) = flag_rules.warnings(name, zero)
+    assert warning.startswith(f'--server_learning_rate=0: the {name} server never moves')
+  assert flag_rules.warnings('nastya', HParams(server_learning_rate=0.0,
+                                               server_adaptive_lr=True)) == []
+
+
+def test_the_local_update_flags_are_accepted_where_they_are_read():
+  """--theta and the plateau flags pass every check where they are read (the
+  refusals elsewhere: `test_bad_algorithm_flags_are_answered_without_tensorflow`)."""
+  registry.check_flags('local_update', HParams(theta='1,0,0.5'))
+  registry.check('local_update_decay', HParams(theta='fomaml', decay_patience=5,
+                                                decay_reference_semantics=True))
+  registry.check('kmaml', HParams(decay_reference_semantics=True))

@@ -61,12 +61,18 @@ def client_step(hp: HParams) -> None:
 def warnings(name: str, hp: HParams) -> list[str]:
   """Legal settings that are most likely a mistake (the binaries print them):
   a client learning rate of 0 leaves the model where it started, except in the
-  LocalUpdate family; a grid may still want it as a no-learning reference."""
+  LocalUpdate family, and so does a server learning rate of 0 (but as the
+  start of Nastya's adaptive step); a grid may still want them as a
+  no-learning reference."""
+  said = []
   if hp.client_learning_rate == 0 and name not in ZERO_CLIENT_STEP_OK + ('fedsgd',):
-    return [f'--client_learning_rate=0: {name} clients do not move, so the model stays '
-            'at its initial weights (gamma = 0 trains only in the LocalUpdate family, '
-            'e.g. --algorithm=minibatch_sgd)']
-  return []
+    said.append(f'--client_learning_rate=0: {name} clients do not move, so the model '
+                'stays at its initial weights (gamma = 0 trains only in the LocalUpdate '
+                'family, e.g. --algorithm=minibatch_sgd)')
+  if hp.server_learning_rate == 0 and not hp.server_adaptive_lr:
+    said.append(f'--server_learning_rate=0: the {name} server never moves the model, so '
+                'it stays at its initial weights')
+  return said
 
 
 def client_schedule(hp: HParams) -> None:

@@ -112,17 +112,31 @@ class HParams:
                                            "of the authors' code.")
 
   def client_optimizer_spec(self) -> optimizers.OptimizerSpec:
-    return optimizers.OptimizerSpec(self.client_optimizer, self.client_learning_rate,
-                                    momentum=self.client_momentum,
-                                    beta_1=self.client_beta_1, beta_2=self.client_beta_2,
-                                    epsilon=self.client_epsilon)
+    return _used('client', optimizers.OptimizerSpec(
+        self.client_optimizer, self.client_learning_rate, momentum=self.client_momentum,
+        beta_1=self.client_beta_1, beta_2=self.client_beta_2, epsilon=self.client_epsilon))
 
   def server_optimizer_spec(self) -> optimizers.OptimizerSpec:
-    return optimizers.OptimizerSpec(
+    return _used('server', optimizers.OptimizerSpec(
         self.server_optimizer, self.server_learning_rate,
         momentum=self.server_momentum, beta_1=self.server_beta_1,
         beta_2=self.server_beta_2, epsilon=self.server_epsilon,
-        initial_accumulator=self.server_initial_accumulator)
+        initial_accumulator=self.server_initial_accumulator))
+
+
+def _used(side: str, spec: optimizers.OptimizerSpec) -> optimizers.OptimizerSpec:
+  """`spec`, refused (ValueError) if a --<side>_* flag sets a hyperparameter
+  that its optimiser does not have (--server_momentum with sgd was dropped)."""
+  unused = [f'--{side}_{field}' for field in spec.unused()]
+  if unused:
+    has = [f'--{side}_{f}' for f in optimizers.hyperparameters(spec.name)]
+    raise ValueError(f'{", ".join(unused)} {"is" if len(unused) == 1 else "are"} not used '
+                     f'by --{side}_optimizer={spec.name} (it takes '
+                     f'{", ".join(has) if has else "only the learning rate"}); leave '
+                     f'{"it" if len(unused) == 1 else "them"} unset'
+                     + (f' or use --{side}_optimizer=sgdm' if spec.name == 'sgd' and
+                        'momentum' in spec.unused() else ''))
+  return spec
 
 
 @dataclasses.dataclass(frozen=True)

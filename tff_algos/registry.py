@@ -23,6 +23,12 @@ if TYPE_CHECKING:
 _LOCAL_STEP_REGULARIZATION = frozenset({'client_weight_decay', 'clip_norm'})
 _DEVICE_AVERAGE = _LOCAL_STEP_REGULARIZATION | {'report_device_average'}
 _GBO = frozenset({'gbo_reference_conventions'})
+# LocalUpdate's flags (paper 002): the reference semantics also switch the
+# family's means to example weights; Theta's weights; the plateau rule.
+_LOCAL_UPDATE = frozenset({'decay_reference_semantics'})
+_THETA = _LOCAL_UPDATE | {'theta'}
+_PLATEAU = _THETA | {'decay_min_delta', 'client_lr_decay_factor', 'server_lr_decay_factor',
+                     'decay_patience', 'decay_window', 'decay_cooldown'}
 _NASTYA = 'Nastya (paper 001): one RR/SO pass at gamma, g_i = delta/(gamma n_i), server step ' \
           'eta (or adam..., --server_adaptive_lr); uniform mean'
 
@@ -30,8 +36,8 @@ _NASTYA = 'Nastya (paper 001): one RR/SO pass at gamma, g_i = delta/(gamma n_i),
 def _local_update(name: str, description: str, preset: bool = True) -> AlgorithmSpec:
   """LocalUpdate with the Theta preset `name` (`preset`), or --theta."""
   return AlgorithmSpec(name, 'tff_algos.local_update', description, 'LocalUpdateConfig',
-                       'build_local_update', check=rules.local_update(name),
-                       config_args={'theta': name} if preset else {})
+                       'build_local_update', _LOCAL_UPDATE if preset else _THETA,
+                       rules.local_update(name), config_args={'theta': name} if preset else {})
 
 
 _SPECS = (
@@ -49,7 +55,7 @@ _SPECS = (
     _local_update('minibatch_sgd', 'LocalUpdate, Theta_1: distributed minibatch SGD'),
     AlgorithmSpec('local_update_decay', 'tff_algos.local_update', 'LocalUpdateDecay: plateau '
                   'decay of gamma and eta on the pre-training loss', 'LocalUpdateDecayConfig',
-                  'build_local_update_decay', check=rules.local_update('local_update_decay')),
+                  'build_local_update_decay', _PLATEAU, rules.local_update('local_update_decay')),
     AlgorithmSpec('nastya', 'tff_algos.nastya', _NASTYA, 'NastyaConfig', 'build_nastya',
                   frozenset({'server_adaptive_lr', 'client_lr_milestones'}),
                   rules.nastya('nastya')),

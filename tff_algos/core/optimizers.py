@@ -33,6 +33,11 @@ _DEFAULTS = {
 }
 
 
+def hyperparameters(name: str) -> tuple[str, ...]:
+  """The hyperparameters (besides the learning rate) optimiser `name` has."""
+  return tuple(_DEFAULTS[name])
+
+
 @dataclasses.dataclass(frozen=True)
 class OptimizerSpec:
   name: str = 'sgd'
@@ -48,6 +53,12 @@ class OptimizerSpec:
       raise ValueError(f'unknown optimizer {self.name!r}; choose one of {NAMES}')
     if not self.learning_rate >= 0:
       raise ValueError(f'learning rate must be >= 0, got {self.learning_rate}')
+
+  def unused(self) -> list[str]:
+    """The hyperparameters set here that this optimiser does not have (e.g.
+    a momentum for plain sgd): they would be dropped without a word."""
+    return [f for f in ('momentum', 'beta_1', 'beta_2', 'epsilon', 'initial_accumulator')
+            if getattr(self, f) is not None and f not in _DEFAULTS[self.name]]
 
   def get(self, field: str):
     value = getattr(self, field)

@@ -265,6 +265,21 @@ def test_a_damaged_latest_checkpoint_rolls_back_to_the_previous_one(
   assert_same_model(runs, name, out, result)
 
 
+def test_a_missing_latest_checkpoint_directory_is_said(runs, algorithms, task, tmp_path,
+                                                       capsys):
+  """The newest checkpoint's whole directory gone (not a file in it): the run
+  resumes from the previous one exactly as before, and says so (it said
+  nothing, unlike for a missing file)."""
+  out = damaged_copy(runs, 'fedavg', tmp_path)
+  shutil.rmtree(out / 'checkpoints' / 'round_4')
+  result = resume(algorithms, task, 'fedavg', out)
+  assert result.resumed_from == 2
+  notes = [l for l in capsys.readouterr().err.splitlines() if l.startswith('note:')]
+  assert len(notes) == 1 and 'checkpoint of round 4 is missing' in notes[0], notes
+  assert 'resuming from round 2' in notes[0]
+  assert_same_model(runs, 'fedavg', out, result)
+
+
 def test_every_file_of_a_checkpoint_is_vouched_for(runs, algorithms, task, tmp_path,
                                                    capsys):
   ckpt = runs['fedavg'][2] / 'checkpoints' / 'round_4'

@@ -232,6 +232,10 @@ def select_checkpoint(out_dir: str, versions: list[int], manifest: Manifest,
         _move_aside(out_dir, bad)
         notice(f'checkpoint of round {bad} {why}; resuming from round {version} '
                f'(it is kept as {checkpoint_path(out_dir, bad)}.corrupt)')
+      for lost in sorted((r for r in manifest.entries if r > version and r not in versions),
+                         reverse=True):  # its whole directory gone: said, not skipped
+        notice(f'checkpoint of round {lost} is missing ({checkpoint_path(out_dir, lost)}, '
+               f'listed in {MANIFEST_FILE}); resuming from round {version}')
       manifest.forget_after(version)
       return state, version
     problems.append((version, problem))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import os
 import sys
+import warnings
 from typing import Iterable, Optional, Sequence
 
 
@@ -92,9 +93,13 @@ def plot_training(rows: Sequence[dict], path: str, title: Optional[str] = None) 
     ax.set_xlabel('round'); ax.set_ylabel(name[len('eval/'):])
   if title:
     fig.suptitle(title)
-  fig.tight_layout()
   os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-  fig.savefig(path, dpi=110)
+  with warnings.catch_warnings():
+    # A title (the experiment's name) in a script the font lacks (CJK, say)
+    # is drawn with boxes; matplotlib warned once per glyph and drawing.
+    warnings.filterwarnings('ignore', message=r'Glyph \d+ .*missing from', category=UserWarning)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
   plt.close(fig)
   return path
 

@@ -116,3 +116,18 @@ def test_benchmark_prints_the_ratio_json():
   for key, seconds in (('trainer_ms_per_round_in_run', t_long),
                        ('trainer_ms_per_round_10_per_call_in_run', chained[long])):
     assert 0 < js[key] < 1000 * seconds / long, key
+
+
+def test_a_title_the_font_lacks_draws_without_a_warning_per_glyph(tmp_path):
+  """An experiment name in CJK (the figure's title) printed matplotlib's
+  'Glyph N missing from current font' once per glyph and drawing (8 lines for
+  a 4-character name); the figure is still written."""
+  import warnings
+  from experiments import report
+  rows = [{'round': 1, 'client_work/train/loss': 1.0, 'eval/loss': 2.0},
+          {'round': 2, 'client_work/train/loss': 0.5, 'eval/loss': 1.5}]
+  with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter('always', UserWarning)
+    path = report.plot_training(rows, str(tmp_path / 'curves.png'), title='实验 テスト')
+  assert os.path.getsize(path) > 1000
+  assert not [w for w in caught if 'Glyph' in str(w.message)], [str(w.message) for w in caught]

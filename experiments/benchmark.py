@@ -466,6 +466,14 @@ def main(argv):
   unknown = sorted(set(FLAGS.models) - set(MODELS))
   if unknown:
     return common.fail(f'--models: unknown {", ".join(unknown)}; known: {", ".join(MODELS)}')
+  # (c) only filters the registry by --algorithms: an unknown name would be
+  # dropped in silence, after minutes of benchmarking. (No TensorFlow in the
+  # registry: this answers at once.)
+  from tff_algos import registry  # pylint: disable=g-import-not-at-top
+  unknown = [a for a in FLAGS.algorithms or () if a not in registry.ALGORITHMS]
+  if unknown:
+    return common.fail(f'--algorithms: unknown {", ".join(unknown)}; known: '
+                       f'{", ".join(sorted(registry.ALGORITHMS))}')
   if FLAGS.models_only and not FLAGS.models:
     return common.fail('--models_only needs --models')
   common.quiet_logs()

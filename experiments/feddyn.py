@@ -41,6 +41,7 @@ from experiments import common
 from experiments import flags as trainer_flags
 from experiments import report
 from experiments import runtime_flags
+from experiments.configs import ListFlagError, number_list
 from tff_algos import registry
 
 flags.adopt_module_key_flags(trainer_flags)  # --help lists the flags of both
@@ -70,30 +71,46 @@ FLAGS = flags.FLAGS
 DEFAULTS = dict(task='feddyn_digits', rounds_per_eval=1, client_epochs_per_round=5)
 
 
+SPLITS_EXPECTED = ("each of 'iid', 'natural' or 'dirichlet:<alpha>' with alpha > 0, "
+                   'e.g. iid,dirichlet:0.3')
+HETEROGENEITIES = ('homogeneous', 'type1', 'type2', 'type3')
+
+
 def parse_split(spec: str) -> dict:
   """'iid', 'natural' (shakespeare_003: a role per device) or 'dirichlet:<alpha>'
-  -> trainer flag values."""
+  -> trainer flag values; a bad one raises ListFlagError (a ValueError) naming
+  --splits and the item."""
   if spec in ('iid', 'natural'):
     return {'partition': spec}
   if spec.startswith('dirichlet:'):
-    alpha = float(spec.split(':', 1)[1])
-    if not alpha > 0:
-      raise ValueError(f'dirichlet alpha must be > 0 in {spec!r}')
-    return {'partition': 'dirichlet', 'dirichlet_alpha': alpha}
-  raise ValueError(f"split {spec!r} is not 'iid', 'natural' or 'dirichlet:<alpha>'")
+    alpha = spec.split(':', 1)[1]
+    try:
+      value = float(alpha)
+    except ValueError:
+      value = None
+    if value is None or not 0 < value < float('inf'):
+      raise ListFlagError(f'--splits: {spec!r}: alpha {alpha!r} is not a number > 0 '
+                          f'({SPLITS_EXPECTED})')
+    return {'partition': 'dirichlet', 'dirichlet_alpha': value}
+  raise ListFlagError(f'--splits: {spec!r} is not a split ({SPLITS_EXPECTED})')
 
 
 def settings() -> list[tuple[str, dict]]:
   """(label, trainer flag values) of every data setting of the grid."""
-  sigmas = [float(s) for s in FLAGS.unbalanced_sigmas]
-  if any(s < 0 for s in sigmas):
-    raise ValueError('--unbalanced_sigmas must be >= 0')
+  sigmas = number_list('unbalanced_sigmas', FLAGS.unbalanced_sigmas, bound='>= 0',
+                       example='0,0.3')
   heteros = list(FLAGS.heterogeneities)
+  unknown = [h for h in heteros if h not in HETEROGENEITIES]
+  if unknown:
+    raise ValueError(f'--heterogeneities: unknown {", ".join(map(repr, unknown))}; '
+                     f'choose from {", ".join(HETEROGENEITIES)}')
   if FLAGS.task == 'synthetic_logistic':
-    heteros = heteros or ['homogeneous', 'type1', 'type2', 'type3']
+    heteros = heteros or list(HETEROGENEITIES)
     return [(h, {'synthetic_heterogeneity': h}) for h in heteros]
   if heteros:
     raise ValueError('--heterogeneities applies to --task=synthetic_logistic only')
+  if not FLAGS.splits:
+    raise ListFlagError(f'--splits is empty; give {SPLITS_EXPECTED}')
   out = []
   for split, sigma in itertools.product(FLAGS.splits, sigmas):
     values = dict(parse_split(split), unbalanced_sigma=sigma)
@@ -172,22 +189,28 @@ def plot_setting(curves: dict, path: str, title: str, metric: str):
   plt.close(fig)
 
 
-def _parse_grid(args: trainer_flags.TrainerArgs):
-  """(algorithms, participations, targets, seeds, settings), each combination
-  validated before any run; raises ValueError."""
+def _parse_lists():
+  """(algorithms, participations, targets, seeds, settings) from the list
+  flags, in milliseconds and before TensorFlow loads; a bad item raises a
+  ValueError naming its flag."""
   algorithms = list(FLAGS.algorithms)
   unknown = [a for a in algorithms if a not in registry.ALGORITHMS]
   if unknown or not algorithms:
-    raise ValueError(f'unknown algorithms {unknown}; registered: '
+    raise ValueError(f'--algorithms: unknown algorithms {unknown}; registered: '
                      f'{", ".join(sorted(registry.ALGORITHMS))}')
-  participations = [float(p) for p in FLAGS.participations]
-  if not participations or any(not 0 < p <= 1 for p in participations):
-    raise ValueError('--participations must be fractions in (0, 1]')
-  targets = [float(t) for t in FLAGS.targets]
-  seeds = [int(s) for s in FLAGS.run_seeds]
-  if not targets or not seeds or any(s < 0 for s in seeds):
-    raise ValueError('need at least one target and seeds >= 0')
-  grid = settings()
+  participations = number_list('participations', FLAGS.participations, bound='in (0, 1]',
+                               example='1,0.1')
+  targets = number_list('targets', FLAGS.targets, example='0.85,0.9')
+  seeds = number_list('run_seeds', FLAGS.run_seeds, integer=True, bound='>= 0',
+                      example='0,1,2')
+  return algorithms, participations, targets, seeds, settings()
+
+
+def _parse_grid(args: trainer_flags.TrainerArgs, lists=None):
+  """(algorithms, participations, targets, seeds, settings) (`lists`: those of
+  `_parse_lists`, already parsed), each combination validated before any run;
+  raises ValueError."""
+  algorithms, participations, targets, seeds, grid = lists or _parse_lists()
   for (_, values), alg, seed in itertools.product(grid, algorithms, seeds):
     trainer_flags.validate(grid=True, args=args.override(
         **values, algorithm=alg, seed=seed, clients_per_round=1))
@@ -267,10 +290,14 @@ def _write_outputs(root: str, results, curves, algorithms, reference, seeds, tar
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
+  try:
+    lists = _parse_lists()  # a bad list item is answered before TensorFlow loads
+  except ValueError as e:
+    return common.fail(e)
   common.quiet_logs()
   base = trainer_flags.TrainerArgs.from_flags()
   try:
-    algorithms, participations, targets, seeds, grid = _parse_grid(base)
+    algorithms, participations, targets, seeds, grid = _parse_grid(base, lists)
   except (ValueError, flags.Error) as e:
     return common.fail(e)
   trainer_flags.warn_ignored_flags(algorithms, base)

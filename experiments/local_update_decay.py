@@ -37,6 +37,7 @@ import numpy as np
 from experiments import common
 from experiments import report
 from experiments import runtime_flags
+from experiments.configs import number_list
 from experiments.configs import paper002
 
 flags.adopt_module_key_flags(runtime_flags)  # --help lists them
@@ -119,22 +120,35 @@ def _tune(etas, run_one):
   return best
 
 
+def parse_flags(fig: dict) -> tuple[list[str], list[float], list[float]]:
+  """(tasks, gammas, etas) of the run, every flag checked before TensorFlow
+  loads: a server step eta must be > 0 (the summary takes its log10, after all
+  the training), a client step gamma >= 0 (0: the paper's gamma = 0 curve)."""
+  runtime_flags.check()
+  task_names = FLAGS.tasks or list(fig['tasks'])
+  # No gamma is fine when LocalUpdateDecay (its gamma: Table 2) is the only curve.
+  gammas = number_list('gammas', FLAGS.gammas, bound='>= 0', example='0,0.01,0.1',
+                       nonempty=not fig['decay'])
+  etas = number_list('etas', FLAGS.etas, bound='> 0', example='0.01,0.1')
+  if not 0 < FLAGS.fixed_eta < math.inf:
+    raise ValueError(f'--fixed_eta must be a number > 0, got {FLAGS.fixed_eta!r}')
+  unknown = [t for t in task_names if t not in SETUP]
+  if unknown:
+    raise ValueError(f'--tasks: unknown {unknown}; choose from {list(SETUP)}')
+  for name in ('rounds', 'select_last_rounds', 'decay_window', 'norm_block_rounds'):
+    if getattr(FLAGS, name) < 1:
+      raise ValueError(f'--{name} must be >= 1')
+  return task_names, gammas, etas if fig['tune'] else [FLAGS.fixed_eta]
+
+
 def main(argv):
   del argv
-  common.quiet_logs()
   fig = FIGURES[FLAGS.figure]
-  task_names = FLAGS.tasks or list(fig['tasks'])
   try:
-    runtime_flags.check()
-    gammas = [float(g) for g in FLAGS.gammas]
-    etas = [float(e) for e in FLAGS.etas] if fig['tune'] else [FLAGS.fixed_eta]
-    unknown = [t for t in task_names if t not in SETUP]
-    if unknown:
-      raise ValueError(f'unknown tasks {unknown}; choose from {list(SETUP)}')
-    if FLAGS.rounds < 1 or FLAGS.select_last_rounds < 1:
-      raise ValueError('--rounds and --select_last_rounds must be >= 1')
+    task_names, gammas, etas = parse_flags(fig)
   except ValueError as e:
     return common.fail(e)
+  common.quiet_logs()
   common.writable_dir(FLAGS.root_output_dir, 'root_output_dir')
 
   from tasks import get_task

@@ -317,8 +317,14 @@ def main(argv):
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
   from experiments import configs
   experiments = configs.all_experiments()
-  if FLAGS.list:
-    print('\n'.join((markdown_lines if FLAGS.markdown else list_lines)(experiments)))
+  if FLAGS.experiment:  # known in every mode, not ignored by --list/--report
+    try:
+      exp = configs.get(FLAGS.experiment)
+    except ValueError as e:
+      return common.fail(f'--experiment: {e}')
+  if FLAGS.list:  # with --experiment: that experiment's line only
+    shown = {exp.name: exp} if FLAGS.experiment else experiments
+    print('\n'.join((markdown_lines if FLAGS.markdown else list_lines)(shown)))
     return 0
   root = FLAGS.root_output_dir if FLAGS['root_output_dir'].present else 'runs/reproduce'
   progress = FLAGS.progress
@@ -334,7 +340,6 @@ def main(argv):
   if not FLAGS.experiment:
     return common.fail('give --experiment=NAME (see --list), --list or --report')
   try:
-    exp = configs.get(FLAGS.experiment)
     if isinstance(exp.runner, base.TrainerRuns):
       plans = trainer_plans(exp, FLAGS.scale)
       for plan in plans:

@@ -11,8 +11,9 @@ trainer); all of them run in this one process, or with `--jobs=N` in N worker
 processes at once (each with the chosen backend; the same models). A
 run's score is the mean of `--select_metric` over the evaluations of its last
 `--select_last_rounds` rounds (paper 000: highest mean test accuracy over the
-last 500 rounds). Prints every run sorted by score, the best per `--group_by`
-value, and writes grid.csv.
+last 500 rounds); a run whose metrics.csv has no such column scores nan, and
+a note names the metrics it has. Prints every run sorted by score, the best
+per `--group_by` value, and writes grid.csv.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ import contextlib
 import csv
 import itertools
 import os
+import re
+import sys
 import types
 
 from absl import flags
@@ -49,6 +52,14 @@ FLAGS = flags.FLAGS
 
 
 def parse_grid(spec: str) -> list[tuple[str, list[str]]]:
+  """The axes of `spec`, each a trainer flag and its values as written.
+
+  An axis given twice, or a value given twice in one axis (also as another
+  spelling of the same value: 0.1 and 0.10), is refused: the later axis
+  replaced the earlier one (half the grid never ran, and grid.csv got the
+  column twice), and a repeated value trains the same run again (into the
+  same directory, or one more that only the spelling tells apart).
+  """
   axes = []
   trainer = {f.name for f in FLAGS.get_flags_for_module(trainer_flags)}
   for part in filter(None, (p.strip() for p in spec.split(';'))):
@@ -58,13 +69,37 @@ def parse_grid(spec: str) -> list[tuple[str, list[str]]]:
     name = name.strip()
     if name not in trainer:
       raise ValueError(f'unknown flag {name!r} in --grid (a grid axis is a trainer flag)')
+    if name in dict(axes):
+      raise ValueError(f'--grid gives the axis {name!r} twice; list all its values in one '
+                       f'group: {name}=v1,v2,...')
     vals = [v.strip() for v in values.split(',') if v.strip()]
     if not vals:
       raise ValueError(f'grid axis {name!r} has no values')
+    seen = []  # (as written, as parsed); a list: a list flag's value is unhashable
+    for v in vals:
+      try:
+        parsed = FLAGS[name].parser.parse(v)
+      except (ValueError, flags.Error):  # `combinations` says it, with the combination
+        parsed = v
+      for written, other in seen:
+        if other == parsed:
+          same = '' if written == v else f' ({written!r} and {v!r} are the same value)'
+          raise ValueError(f'--grid axis {name!r} lists the value {v!r} twice{same}; '
+                           'give each value once')
+      seen.append((v, parsed))
     axes.append((name, vals))
   if not axes:
     raise ValueError('--grid is empty')
   return axes
+
+
+def check_grid_name(name) -> None:
+  """--grid_name is one directory under --root_output_dir, as --experiment_name
+  is (`trainer_flags.validate`'s rule): '..' or an absolute path wrote the grid
+  outside it. Checked before any run (and before TensorFlow loads)."""
+  if name is not None and (not re.fullmatch(r'[\w.\-]+', name) or name in ('.', '..')):
+    raise ValueError(f'--grid_name must be one directory name of letters, digits, '
+                     f'_ . - (not . or ..), got {name!r}')
 
 
 def combinations(args: trainer_flags.TrainerArgs, axes
@@ -122,7 +157,10 @@ def run_grid(runs, grid_dir: str, select_metric: str, select_last_rounds: int,
   return results
 
 
-_TASKS: dict = {}  # TaskOptions -> task, per process
+# (task name, TaskOptions) -> task, per process: `get_task` reads nothing else,
+# and TaskOptions alone does not name the task (a grid over --task trained
+# every run on the first task loaded).
+_TASKS: dict = {}
 # One build per algorithm and structure, per process: runs that differ only in
 # the client schedule's numbers (client_learning_rate, local_steps, decays) or
 # not at all (seeds) share it.
@@ -135,9 +173,10 @@ def _train_one(item: dict) -> tuple[int, dict]:
   from tff_algos import training  # pylint: disable=g-import-not-at-top
   args = trainer_flags.TrainerArgs(types.MappingProxyType(item['values']), item['given'])
   options, hp, _ = trainer_flags.validate(args=args)
-  if options not in _TASKS:
-    _TASKS[options] = get_task(args.task, options)
-  task = _TASKS[options]
+  key = (args.task, options)  # all that get_task reads: the same task exactly when equal
+  if key not in _TASKS:
+    _TASKS[key] = get_task(*key)
+  task = _TASKS[key]
   combo = item['combo']
   made = _BUILDS.made  # not len(): past MAX_BUILDS a new build replaces an old one
   algorithm = _BUILDS.build(args.algorithm, task.model_fn, hp)
@@ -147,11 +186,51 @@ def _train_one(item: dict) -> tuple[int, dict]:
                                  extra_summary={'flags': item['summary_flags'], 'grid': combo},
                                  identity=item['identity'])
   rows = report.read_metrics(os.path.join(item['out_dir'], 'metrics.csv'))
+  missing = not any(item['select_metric'] in r for r in rows)
   return item['index'], dict(
       combo, score=score(rows, item['select_metric'], item['select_last_rounds']),
       client_steps=result.summary['totals']['client_steps'],
       upload_bytes=result.summary['totals']['upload_bytes'],
-      model_weights=result.model_weights)
+      model_weights=result.model_weights,
+      # Its metrics, where it has no --select_metric (`note_missing_metric`).
+      metrics=metric_names(rows) if missing else None)
+
+
+def metric_names(rows) -> list[str]:
+  """The metrics.csv columns a run could be scored by: its evaluation's metrics,
+  then its clients' training metrics (not the test set's or a round's sizes)."""
+  train = []
+  for row in rows:
+    for k in row:
+      if '/train/' in k and k not in train and not k.endswith(report.COUNTS):
+        train.append(k)
+  return report.eval_metric_names(rows) + train
+
+
+def note_missing_metric(results: list[dict], keys: list[str], metric: str) -> None:
+  """One stderr line when runs lack `metric` (a misspelt --select_metric, or the
+  default eval metric on a task without an evaluation set): their scores are
+  nan, which alone did not say why."""
+  lacking = [r for r in results if r.get('metrics') is not None]
+  if not lacking:
+    return
+  names = []
+  for r in lacking:
+    names += [n for n in r['metrics'] if n not in names]
+  have = ', '.join(names) if names else 'none'
+  if not any(n.startswith('eval/') for n in names):
+    have += ' (no eval/ metrics: no evaluation set)'
+  if len(lacking) == len(results):
+    which, scores = 'no run has', 'every score'
+  else:
+    shown = ', '.join(combination_name({k: r[k] for k in keys}) for r in lacking[:3])
+    more = ', ...' if len(lacking) > 3 else ''
+    which = f'{len(lacking)} of {len(results)} runs ({shown}{more}) have no'
+    scores = 'their score'
+  print(f'note: {which} metric {metric!r} (--select_metric) in metrics.csv, so {scores} '
+        f'is nan; their metrics: {have}. Choose one (higher is better) with '
+        '--select_metric: the same command scores the finished runs again without '
+        'training them', file=sys.stderr)
 
 
 def _print_and_write(results: list[dict], keys: list[str], grid_dir: str) -> None:
@@ -180,9 +259,9 @@ def _print_and_write(results: list[dict], keys: list[str], grid_dir: str) -> Non
 
 def main(argv):
   del argv
-  common.quiet_logs()
   args = trainer_flags.TrainerArgs.from_flags()
   try:
+    check_grid_name(FLAGS.grid_name)
     axes = parse_grid(FLAGS.grid)
     for g in FLAGS.group_by:
       if g not in dict(axes):
@@ -192,10 +271,12 @@ def main(argv):
       trainer_flags.validate(args=run_args)
   except (ValueError, flags.Error) as e:
     return common.fail(e)
+  common.quiet_logs()  # imports TensorFlow: after the checks, so a bad grid is said at once
   grid_dir = os.path.join(args.root_output_dir, FLAGS.grid_name or f'grid_{args.task}')
   results = run_grid(runs, grid_dir, FLAGS.select_metric, FLAGS.select_last_rounds,
                      FLAGS.jobs)
   _print_and_write(results, [a for a, _ in axes], grid_dir)
+  note_missing_metric(results, [a for a, _ in axes], FLAGS.select_metric)
   return 0
 
 

@@ -3,8 +3,10 @@
 Every binary ends with `common.run(main)` instead of `app.run(main)`:
 
 * a `tff_algos.errors.UserError` (bad flag, missing dataset, unusable run
-  directory, a worker that died, ...) and a flag that absl cannot parse print
-  one ``error: <message>`` line and exit with status 2, without a traceback;
+  directory, a worker that died, ...), a flag that absl cannot parse, a
+  positional argument and an empty output directory flag print one
+  ``error: <message>`` line and exit with status 2, without a traceback;
+* ``--help`` (and absl's other help flags) exit with status 0;
 * Ctrl-C (SIGINT) and SIGTERM print one line saying where the run stopped and
   that the same command resumes it (exit status 130 / 143);
 * a closed output pipe (``| head``) ends the binary as SIGPIPE would (status
@@ -84,12 +86,54 @@ def stop_message(interrupt: KeyboardInterrupt) -> str:
   return 'stopped; rerun the same command to resume'
 
 
+# absl's help flags: each prints its text and exits with status 1.
+_HELP_FLAGS = frozenset({'help', '?', 'helpshort', 'helpfull', 'helpxml'})
+
+# The flags that name where a binary writes (`--root_output_dir` of the trainer
+# and local_update_decay, `--output_dir` of quadratic_toy, nastya, table6).
+OUTPUT_DIR_FLAGS = ('root_output_dir', 'output_dir')
+
+
+def _asks_for_help(argv) -> bool:
+  """Whether the command line holds one of absl's help flags (before '--')."""
+  for arg in argv[1:]:
+    if arg == '--':
+      return False
+    name = arg.lstrip('-').split('=', 1)[0] if arg.startswith('-') else None
+    if name in _HELP_FLAGS:
+      return True
+  return False
+
+
 def _parse_flags(argv):
-  """absl's parsing, a bad value answered with one 'error:' line and status 2."""
+  """absl's parsing, a bad value answered with one 'error:' line and status 2.
+
+  Also refused here, before the binary's main (and so before TensorFlow):
+  positional arguments, which no binary takes (absl printed its whole --help
+  above the complaint, status 1), and an empty output directory flag (the run
+  was written into the current directory). `--help` exits with status 0, as a
+  user expects of a request for help (absl's help flags exit with 1).
+  """
   try:
-    return flags.FLAGS(argv)
+    rest = flags.FLAGS(argv)
   except flags.Error as e:
     sys.exit(fail(f'{e}; see --help'))
+  except SystemExit as e:
+    if e.code == 1 and _asks_for_help(argv):  # the help was printed: a success
+      sys.exit(0)
+    raise
+  if len(rest) > 1:
+    extra = ' '.join(repr(a) for a in rest[1:])
+    sys.exit(fail(f'unexpected argument{"s" if len(rest) > 2 else ""} {extra}: this '
+                  'binary takes no positional arguments; flags are written --name=value '
+                  '(see --help)'))
+  for name in OUTPUT_DIR_FLAGS:
+    if name in flags.FLAGS and isinstance(flags.FLAGS[name].value, str) \
+        and not flags.FLAGS[name].value.strip():
+      example = flags.FLAGS[name].default or 'runs'
+      sys.exit(fail(f'--{name} is empty; give the directory to write to, e.g. '
+                    f'--{name}={example}'))
+  return rest
 
 
 def _release_tff_default_context():
@@ -114,6 +158,8 @@ def guarded(main):
       return main(argv)
     except UserError as e:
       return fail(e)
+    except app.UsageError as e:  # app.run would print the whole --help above it
+      return fail(f'{e}; see --help')
     except BrokenPipeError:
       if not _stdout_closed():
         raise  # another pipe (a worker's): its traceback says which

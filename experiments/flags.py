@@ -13,6 +13,7 @@ checks may load it.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import re
 import sys
@@ -254,7 +255,7 @@ def cohort_too_large(clients_per_round: int, num_clients: int, task: str) -> str
 
 
 def validate(grid: bool = False, args: Optional[TrainerArgs] = None,
-             check_cohort: bool = True):
+             check_cohort: bool = True, writable_root: bool = False):
   """All cheap checks; raises FlagError with one readable message.
 
   The checks that need no TensorFlow come first (the algorithm's flag rules
@@ -263,6 +264,10 @@ def validate(grid: bool = False, args: Optional[TrainerArgs] = None,
   `check_cohort`: refuse a --clients_per_round above the task's client count
   where the catalog knows it (False where --task only stands in for data
   loaded otherwise, e.g. fedgbo's Sent140).
+  `writable_root`: also make --root_output_dir and refuse it (`UserError`)
+  when a file cannot be written there, after the checks of the flags alone
+  (a bad flag leaves no directory behind) and before the algorithm's config
+  loads TensorFlow, which took seconds before a bad directory was said.
   Returns (TaskOptions, HParams, RunConfig without an output directory).
   """
   a = args_of(args)
@@ -271,6 +276,10 @@ def validate(grid: bool = False, args: Optional[TrainerArgs] = None,
     if name is not None and (not re.fullmatch(r'[\w.\-]+', name) or name in ('.', '..')):
       raise ValueError(f'--experiment_name must be one directory name of letters, digits, '
                        f'_ . - (not . or ..), got {name!r}')
+    alpha = a.dirichlet_alpha
+    if not (math.isfinite(alpha) and alpha > 0):  # the splits refused it after TF loaded
+      raise ValueError(f'--dirichlet_alpha must be a finite number > 0 (smaller: fewer '
+                       f'labels per client), got {alpha!r}')
     _flag_hparams(a).client_optimizer_spec()
     _flag_hparams(a).server_optimizer_spec()
     hp = hparams(grid, a)
@@ -285,6 +294,9 @@ def validate(grid: bool = False, args: Optional[TrainerArgs] = None,
       raise ValueError(cohort_too_large(a.clients_per_round, known, a.task))
     config = run_config(None, a)
     runtime_flags.check()
+    if writable_root:
+      from experiments import common  # pylint: disable=g-import-not-at-top
+      common.writable_dir(a.root_output_dir, 'root_output_dir')
     registry.check(a.algorithm, hp)
   except ValueError as e:  # TaskError is a ValueError
     raise FlagError(str(e)) from None

@@ -27,6 +27,7 @@ from typing import Any, Callable, Iterable, Iterator, Optional
 from absl import flags
 
 from tff_algos.errors import UserError
+from tff_algos.runtime import backend_options
 
 flags.DEFINE_enum('backend', 'inprocess', ['inprocess', 'cpp'],
                   "'inprocess': run the computations in this process's TensorFlow "
@@ -34,6 +35,21 @@ flags.DEFINE_enum('backend', 'inprocess', ['inprocess', 'cpp'],
 flags.DEFINE_string('workers', None, "cpp backend: split each round's clients over "
                     'several TFF workers: a number of local workers to start, or '
                     'host:port,... of running ones (python -m tff_algos.runtime.worker).')
+
+
+def _check_workers(value) -> bool:
+  """absl validator of --workers: its value alone (a count >= 1, or host:port
+  with a port number), checked while the flags are parsed, so that every
+  binary with these flags answers a bad one with one `error:` line before
+  TensorFlow loads (most binaries import it before their own checks)."""
+  try:
+    backend_options.parse_workers(value)
+  except ValueError as e:  # absl says 'flag --workers=...: ' before the message
+    raise flags.ValidationError(str(e).removeprefix('--workers: ')) from None
+  return True
+
+
+flags.register_validator('workers', _check_workers)
 
 flags.DEFINE_integer('concurrent_clients', None,
                      'inprocess backend: clients of a round trained at once per device, '

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import sys
 
-from absl import app
 from absl import flags
 
 from experiments import common
@@ -58,11 +57,13 @@ def _list(what: str) -> int:
 
 
 def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f'unexpected arguments: {argv[1:]}')
+  del argv  # `common.run` refuses positional arguments
   args = trainer_flags.TrainerArgs.from_flags()
   if not (FLAGS.list_tasks or FLAGS.list_algorithms):
-    options, hp, _ = trainer_flags.validate(args=args)
+    # An unusable --root_output_dir (a file, /proc/x) is refused before
+    # TensorFlow and the data load; the run's own directory, whose name may
+    # follow the task (`fit_cohort_to`), is checked once the task is known.
+    options, hp, _ = trainer_flags.validate(args=args, writable_root=True)
   common.quiet_logs()
   if FLAGS.list_tasks or FLAGS.list_algorithms:
     return _list('tasks' if FLAGS.list_tasks else 'algorithms')

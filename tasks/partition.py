@@ -34,11 +34,18 @@ def iid_split(num_examples: int, num_clients: int, seed: int) -> list[np.ndarray
   return [np.sort(part) for part in np.array_split(order, num_clients)]
 
 
+def _check_alpha(alpha: float) -> None:
+  """ValueError unless a Dirichlet concentration: finite and > 0 (a NaN passed
+  `alpha <= 0` and made NaN proportions; the binaries check --dirichlet_alpha
+  before loading anything, this guards library callers)."""
+  if not (np.isfinite(alpha) and alpha > 0):
+    raise ValueError(f'dirichlet alpha must be > 0 and finite, got {alpha}')
+
+
 def dirichlet_label_split(labels: np.ndarray, num_clients: int, alpha: float,
                           seed: int, min_size: int = 1,
                           max_tries: int = 1000) -> list[np.ndarray]:
-  if alpha <= 0:
-    raise ValueError(f'dirichlet alpha must be > 0, got {alpha}')
+  _check_alpha(alpha)
   labels = np.asarray(labels)
   if num_clients * min_size > len(labels):
     raise ValueError(f'{num_clients} clients x {min_size} examples exceeds '
@@ -238,8 +245,7 @@ def dirichlet_prior_split(labels: np.ndarray, sizes: np.ndarray, alpha: float,
   q_k restricted to the remaining classes is the same distribution and cannot
   loop forever.
   """
-  if alpha <= 0:
-    raise ValueError(f'dirichlet alpha must be > 0, got {alpha}')
+  _check_alpha(alpha)
   labels = np.asarray(labels)
   sizes = np.asarray(sizes, np.int64)
   if sizes.sum() > len(labels):

@@ -170,14 +170,35 @@ def _stack_factory(address: str, stopped: Callable[[], Optional[str]]):
       executor_stack_fn=stack_fn)
 
 
+class WorkerUnreachable(UserError, RuntimeError):
+  """No worker answers at an address given by --workers (none started there,
+  a wrong host or port): the user starts one or fixes the address."""
+
+
 def wait_ready(address: str, timeout_s: float = 30.0):
-  """Fails clearly when a worker given by address does not answer."""
+  """Fails clearly (`WorkerUnreachable`, one `error:` line in the binaries)
+  when a worker given by address does not answer within `timeout_s`.
+
+  The wait is kept long: such workers are started by hand or by a script
+  next to this run, and may still be starting. A note says that it waits
+  when the worker does not answer at once, so that the silence is explained.
+  """
   channel = grpc.insecure_channel(address, _GRPC_OPTIONS)
+  ready = grpc.channel_ready_future(channel)
+  first = min(1.0, timeout_s)
   try:
-    grpc.channel_ready_future(channel).result(timeout=timeout_s)
+    try:
+      ready.result(timeout=first)
+    except grpc.FutureTimeoutError:
+      if timeout_s <= first:
+        raise
+      print(f'note: waiting up to {timeout_s:g} s for the TFF worker at {address}',
+            file=sys.stderr, flush=True)
+      ready.result(timeout=timeout_s - first)
   except grpc.FutureTimeoutError:
-    raise RuntimeError(f'no TFF worker answers at {address} (start one with '
-                       f'`python -m tff_algos.runtime.worker --port=PORT`)') from None
+    raise WorkerUnreachable(
+        f'no TFF worker answers at {address} within {timeout_s:g} s (start one with '
+        f'`python -m tff_algos.runtime.worker --port=PORT`, or fix --workers)') from None
   finally:
     channel.close()
 

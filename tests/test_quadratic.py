@@ -182,3 +182,30 @@ def test_lane_model_gradient_is_autodiffs():
     np.testing.assert_allclose(grad, expected, rtol=1e-6, atol=1e-7)
     np.testing.assert_array_equal(grad[0], 0.0)
     assert np.abs(grad[1]).min() > 0
+
+
+def test_toy_model_gradient_is_autodiffs():
+  """The toy model's written-out gradient (`quadratic._loss`) against autodiff
+  of its loss: the same bits for one-example batches (the toy's: the
+  trainer's and the benchmark's rounds keep their values), equal to rounding
+  for larger ones."""
+  import tensorflow as tf
+  rng = np.random.default_rng(5)
+  for batch_size, runs in ((1, 1), (1, 7), (3, 4)):
+    model = quadratic.QuadraticModel(num_runs=runs)
+    x = rng.uniform(0.2, 0.8, runs).astype(np.float32)
+    model.trainable_variables[0].assign(x)
+    batch = dict(z=quadratic.sample_z((batch_size, runs), rng).astype(np.float32))
+    with tf.GradientTape() as tape:
+      loss = model.forward_pass(batch).loss
+    grad = tape.gradient(loss, model.trainable_variables)[0].numpy()
+    reference = tf.Variable(x)
+    with tf.GradientTape() as tape:
+      reference_loss = tf.reduce_mean(tf.reduce_sum(
+          0.5 * batch['z'] * tf.square(reference) - reference, axis=1))
+    expected = tape.gradient(reference_loss, reference).numpy()
+    assert loss.numpy() == reference_loss.numpy()
+    if batch_size == 1:
+      np.testing.assert_array_equal(grad, expected)
+    np.testing.assert_allclose(grad, expected, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(grad, np.mean(batch['z'] * x - 1.0, axis=0), rtol=1e-6)

@@ -254,6 +254,14 @@ def cohort_too_large(clients_per_round: int, num_clients: int, task: str) -> str
           f'of task {task!r}; set --clients_per_round={num_clients} or less')
 
 
+def synthetic_unread(task: str) -> str:
+  """The refusal of --use_synthetic_data for a task that has no synthetic stand-in."""
+  from tasks import catalog  # pylint: disable=g-import-not-at-top
+  readers = [t.name for t in catalog.TASKS if t.synthetic]
+  return (f"--use_synthetic_data: task {task!r} has no synthetic stand-in (only the tasks on "
+          f"TFF's datasets have one: {', '.join(readers)}); drop the flag")
+
+
 def validate(grid: bool = False, args: Optional[TrainerArgs] = None,
              check_cohort: bool = True, writable_root: bool = False):
   """All cheap checks; raises FlagError with one readable message.
@@ -262,8 +270,9 @@ def validate(grid: bool = False, args: Optional[TrainerArgs] = None,
   included: a bad combination is answered in about a second); the task
   checks, the run config and the algorithm's config may load it.
   `check_cohort`: refuse a --clients_per_round above the task's client count
-  where the catalog knows it (False where --task only stands in for data
-  loaded otherwise, e.g. fedgbo's Sent140).
+  where the catalog knows it, and --use_synthetic_data for a task without a
+  synthetic stand-in (False where --task only stands in for data loaded
+  otherwise, e.g. fedgbo's Sent140).
   `writable_root`: also make --root_output_dir and refuse it (`UserError`)
   when a file cannot be written there, after the checks of the flags alone
   (a bad flag leaves no directory behind) and before the algorithm's config
@@ -289,9 +298,12 @@ def validate(grid: bool = False, args: Optional[TrainerArgs] = None,
       print(f'warning: {warning}', file=sys.stderr)
     from tasks import check_options  # pylint: disable=g-import-not-at-top
     options = task_options(a)
-    known = check_options(a.task, options).num_clients(options)  # before the data loads
+    spec = check_options(a.task, options)
+    known = spec.num_clients(options)  # before the data loads
     if check_cohort and known is not None and a.clients_per_round > known:
       raise ValueError(cohort_too_large(a.clients_per_round, known, a.task))
+    if check_cohort and a.use_synthetic_data and not spec.synthetic:  # it was ignored
+      raise ValueError(synthetic_unread(a.task))
     config = run_config(None, a)
     runtime_flags.check()
     if writable_root:

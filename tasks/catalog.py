@@ -36,6 +36,7 @@ class TaskSpec:
   description: str
   check: Optional[Callable[[TaskOptions], None]] = None  # cheap option checks
   default_clients: Optional[int] = None  # tasks split here: clients without --num_clients
+  synthetic: bool = False  # reads TFF's synthetic stand-in with --use_synthetic_data
 
   def num_clients(self, options: TaskOptions) -> Optional[int]:
     """The training clients `options` give, where known without the data (tasks
@@ -100,25 +101,26 @@ TASKS = (
     TaskSpec('emnist_character', 'tasks.emnist:build',
              ('cnn_dropout', 'cnn', '2nn', 'femnist_cnn'),
              'Federated EMNIST-62 (FEMNIST, 3,400 writers; TFF emnist_all.sqlite): '
-             "TFF's cnn_dropout/cnn/2nn or the papers' femnist_cnn"),
+             "TFF's cnn_dropout/cnn/2nn or the papers' femnist_cnn", synthetic=True),
     TaskSpec('shakespeare_character', 'tasks.shakespeare:build', ('lstm', 'gru', 'gru128'),
              'Shakespeare next-character prediction (715 roles; TFF shakespeare.sqlite):'
-             " TFF's LSTM or the papers' GRUs (256 / 128 units)"),
+             " TFF's LSTM or the papers' GRUs (256 / 128 units)", synthetic=True),
     TaskSpec('stackoverflow_tag', 'tasks.stackoverflow:build_tag',
              ('logreg', 'logreg_mean', 'logreg_code'),
              'StackOverflow tag prediction (342,477 users; TFF stackoverflow.sqlite): '
              '1-vs-rest logistic regression, 10k-word bag of words -> 500 tags, '
              'recall@5; logreg_mean: loss averaged over the batch (paper 000); '
-             "logreg_code: Reddi et al.'s bag of words (a mean over all words)"),
+             "logreg_code: Reddi et al.'s bag of words (a mean over all words)", synthetic=True),
     TaskSpec('stackoverflow_word', 'tasks.stackoverflow:build_word', ('lstm',),
              'StackOverflow next-word prediction (342,477 users; TFF '
-             "stackoverflow.sqlite): TFF's LSTM, 10k vocabulary, sequences of 20"),
+             "stackoverflow.sqlite): TFF's LSTM, 10k vocabulary, sequences of 20", synthetic=True),
     TaskSpec('cifar100_image', 'tasks.cifar100:build',
              ('resnet18', 'resnet18_gn2', 'cnn004', 'cnn004_code'),
              'Federated CIFAR-100 (500 clients, Pachinko allocation; TFF '
              "cifar100.sqlite): TFF's GroupNorm ResNet-18 (24x24; resnet18_gn2: 2 groups, Reddi "
              "et al.'s code) or paper 004's CNN "
-             "(28x28 crops, the paper's text; cnn004_code: 32x32, the authors' code)"),
+             "(28x28 crops, the paper's text; cnn004_code: 32x32, the authors' code)",
+             synthetic=True),
     TaskSpec('logistic', 'tasks.libsvm:build', ('logreg',),
              'l2-regularised logistic regression on a LIBSVM file '
              '(--libsvm_path) or, offline, sklearn breast cancer (paper 001)', check_split,
@@ -147,10 +149,10 @@ TASKS = (
     TaskSpec('shakespeare_003', 'tasks.feddyn_data:build_shakespeare', ('lstm100',),
              "paper 003's Shakespeare: 100 devices x 2,000 samples (80 characters "
              "-> the next), --partition=natural (roles) | iid; 2 x LSTM 100",
-             check_shakespeare_003_split, DEFAULT_CLIENTS['shakespeare_003']),
+             check_shakespeare_003_split, DEFAULT_CLIENTS['shakespeare_003'], synthetic=True),
     TaskSpec('emnist_autoencoder', 'tasks.emnist_autoencoder:build', ('tff_ae',),
              "Federated EMNIST-62 autoencoder (3,400 writers; TFF emnist_all.sqlite): TFF's "
-             'bottleneck autoencoder, MSE (Reddi et al.)'),
+             'bottleneck autoencoder, MSE (Reddi et al.)', synthetic=True),
     TaskSpec('cifar10_image', 'tasks.cifar10_image:build', ('resnet18', 'resnet18_gn2'),
              'CIFAR-10 over 500 clients of 100 images by LDA label skew (Reddi et al.; '
              "prepared tensorflow-datasets cifar10 in --cache_dir): TFF's GroupNorm ResNet-18, "

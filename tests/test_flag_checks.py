@@ -169,3 +169,30 @@ def test_an_unusable_root_output_dir_is_refused_before_tensorflow(tmp_path):
                    f'--root_output_dir={tmp_path / "new"}', cwd=tmp_path)
   assert_refused(res, '--clients_per_round=30 or less')
   assert not (tmp_path / 'new').exists()
+
+
+@pytest.mark.parametrize('task', ['digits', 'quadratic', 'feddyn_digits', 'mnist'])
+def test_use_synthetic_data_on_a_task_without_a_stand_in_is_refused(tmp_path, task):
+  """--use_synthetic_data was ignored without a word by the tasks that have no
+  synthetic stand-in (the run trained on the real or embedded data)."""
+  res = run_binary('train', f'--task={task}', '--use_synthetic_data', '--total_rounds=2',
+                   cwd=tmp_path)
+  assert_refused(res, '--use_synthetic_data', f"task {task!r} has no synthetic stand-in",
+                 'emnist_character', 'drop the flag')
+  assert os.listdir(tmp_path) == []
+
+
+def test_the_tasks_with_a_synthetic_stand_in_are_those_on_tffs_datasets():
+  """`TaskSpec.synthetic` where the task's loader reads --use_synthetic_data
+  (TFF's `get_synthetic()`, `tasks/tff_data.py`); the trainer's checks pass it."""
+  from experiments import flags as trainer_flags
+  from tasks import catalog
+  readers = {t.name for t in catalog.TASKS if t.synthetic}
+  assert readers == {'emnist_character', 'shakespeare_character', 'stackoverflow_tag',
+                     'stackoverflow_word', 'cifar100_image', 'shakespeare_003',
+                     'emnist_autoencoder'}
+  for spec in catalog.TASKS:
+    if spec.name in readers:  # its loader goes through TFF's data module
+      module = spec.builder_path.split(':')[0]
+      assert 'tff_data' in open(os.path.join(ROOT, *module.split('.')) + '.py').read(), spec
+  assert 'no synthetic stand-in' in trainer_flags.synthetic_unread('digits')

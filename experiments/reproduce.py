@@ -354,6 +354,7 @@ def main(argv):
       for plan in plans:
         print(plan.command(os.path.join(out_dir, 'runs')))
     return 0
+  created = _new_dirs(out_dir)
   common.writable_dir(out_dir, 'root_output_dir')
   common.quiet_logs()
   print(f'{exp.name}: {exp.paper}, {exp.ref} [{FLAGS.scale}] -> {out_dir}', flush=True)
@@ -361,16 +362,39 @@ def main(argv):
     result = run_experiment(exp, FLAGS.scale, root, progress=progress)
   except Exception as e:  # data missing at full scale, a binary failing, ...
     from tasks import MissingData, TaskError  # pylint: disable=g-import-not-at-top
+    if not isinstance(e, (TaskError, ValueError)):  # (MissingData is a TaskError)
+      raise
+    _remove_if_empty(created)  # a refused run leaves no empty directories behind
     if isinstance(e, MissingData):
       # reproduce has no --use_synthetic_data: its offline check is --scale=smoke.
       return common.fail(e.offline_instead(
           'or run --scale=smoke (the embedded data: a check of the pipeline)'))
-    if isinstance(e, (TaskError, ValueError)):
-      return common.fail(e)
-    raise
+    return common.fail(e)
   print(result['table'])
   print(f'result: {os.path.join(out_dir, "result.json")}  plot: {result["plot"]}')
   return 0
+
+
+def _new_dirs(path: str) -> list[str]:
+  """The directories that making `path` would create, deepest first."""
+  new = []
+  path = os.path.abspath(path)
+  while not os.path.exists(path):
+    new.append(path)
+    parent = os.path.dirname(path)
+    if parent == path:
+      break
+    path = parent
+  return new
+
+
+def _remove_if_empty(directories: list[str]) -> None:
+  """Removes each of `directories` (deepest first) that is empty."""
+  for directory in directories:
+    try:
+      os.rmdir(directory)
+    except OSError:  # not empty (or gone): it and those above it stay
+      return
 
 
 if __name__ == '__main__':

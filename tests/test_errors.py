@@ -165,10 +165,12 @@ def test_missing_dataset_is_one_error_line_naming_the_file(tmp_path):
 def test_reproduce_without_the_data_offers_its_own_offline_run(tmp_path):
   """The missing-file message names the file; from reproduce, which has no
   --use_synthetic_data, its offline way is --scale=smoke."""
+  root = tmp_path / 'runs'
   res = run(['experiments.reproduce', '--experiment=fedopt_baselines_emnist_cr_fedavg',
-             '--scale=full', f'--cache_dir={tmp_path}', f'--root_output_dir={tmp_path}'])
+             '--scale=full', f'--cache_dir={tmp_path}', f'--root_output_dir={root}'])
   assert_one_error_line(res, 'emnist_all.sqlite', str(tmp_path), '--scale=smoke')
   assert '--use_synthetic_data' not in res.stderr
+  assert not root.exists()  # no empty runs/full/<experiment> left behind
 
 
 def test_malformed_libsvm_file_is_one_error_line_naming_the_line(tmp_path):

@@ -263,7 +263,8 @@ def synthetic_unread(task: str) -> str:
 
 
 def validate(grid: bool = False, args: Optional[TrainerArgs] = None,
-             check_cohort: bool = True, writable_root: bool = False):
+             check_cohort: bool = True, writable_root: bool = False,
+             check_config: bool = True):
   """All cheap checks; raises FlagError with one readable message.
 
   The checks that need no TensorFlow come first (the algorithm's flag rules
@@ -273,6 +274,9 @@ def validate(grid: bool = False, args: Optional[TrainerArgs] = None,
   where the catalog knows it, and --use_synthetic_data for a task without a
   synthetic stand-in (False where --task only stands in for data loaded
   otherwise, e.g. fedgbo's Sent140).
+  `check_config`: False leaves out the last check, the algorithm config's
+  values, which imports TensorFlow (a grid checks all its combinations
+  without it first, so that one bad combination is said at once).
   `writable_root`: also make --root_output_dir and refuse it (`UserError`)
   when a file cannot be written there, after the checks of the flags alone
   (a bad flag leaves no directory behind) and before the algorithm's config
@@ -309,7 +313,8 @@ def validate(grid: bool = False, args: Optional[TrainerArgs] = None,
     if writable_root:
       from experiments import common  # pylint: disable=g-import-not-at-top
       common.writable_dir(a.root_output_dir, 'root_output_dir')
-    registry.check(a.algorithm, hp)
+    if check_config:
+      registry.check(a.algorithm, hp)
   except ValueError as e:  # TaskError is a ValueError
     raise FlagError(str(e)) from None
   return options, hp, config

@@ -267,8 +267,12 @@ def main(argv):
       if g not in dict(axes):
         raise ValueError(f'--group_by {g!r} is not a grid axis')
     runs = combinations(args, axes)
-    for _, run_args in runs:  # validate every combination before running any
-      trainer_flags.validate(args=run_args)
+    # Every combination checked before any runs: first without the checks that
+    # load TensorFlow (one bad combination among many is said at once), then
+    # each algorithm config's values.
+    for check_config in (False, True):
+      for _, run_args in runs:
+        trainer_flags.validate(args=run_args, check_config=check_config)
   except (ValueError, flags.Error) as e:
     return common.fail(e)
   common.quiet_logs()  # imports TensorFlow: after the checks, so a bad grid is said at once

@@ -36,6 +36,7 @@ from experiments import report
 from experiments import runtime_flags
 from experiments import seed_stats
 from experiments.configs import base
+from tff_algos.errors import UserError
 # What it measures and its tables (also this module's API).
 from experiments.reproduce_results import (  # pylint: disable=unused-import
     _evals, accuracy_key, experiment_table, full_report, list_lines, lookup,
@@ -255,13 +256,23 @@ def _run_trainer(exp, scale, out_dir, progress, manage_runtime):
 
 
 def _run_binary(exp, scale, out_dir):
-  argv = binary_argv(exp, scale, out_dir)
+  """The experiment's own binary, run from the repository's root (its
+  configs' data paths are relative to it) with an absolute output directory
+  (a relative one landed under the root, not where reproduce was run). A
+  user error of the binary (exit 2, its one `error:` line) is reproduce's
+  own, said in one line."""
+  argv = binary_argv(exp, scale, os.path.abspath(out_dir))
   env = dict(os.environ)
   root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   env['PYTHONPATH'] = root + os.pathsep + env.get('PYTHONPATH', '')
   proc = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=root)
   with open(os.path.join(out_dir, 'stdout.txt'), 'w') as f:
     f.write(proc.stdout)
+  said = proc.stderr.strip().splitlines()[-1:] or ['']
+  if proc.returncode == common.USAGE_ERROR and said[0].startswith('error: '):
+    offline = ('' if scale == 'smoke' else
+               '; or run --scale=smoke (the embedded data: a check of the pipeline)')
+    raise UserError(f'{exp.runner.module}: {said[0][len("error: "):]}{offline}')
   if proc.returncode != 0:
     raise RuntimeError(f'{" ".join(argv)} failed (exit {proc.returncode}):\n'
                        f'{proc.stderr[-3000:]}')
@@ -362,7 +373,7 @@ def main(argv):
     result = run_experiment(exp, FLAGS.scale, root, progress=progress)
   except Exception as e:  # data missing at full scale, a binary failing, ...
     from tasks import MissingData, TaskError  # pylint: disable=g-import-not-at-top
-    if not isinstance(e, (TaskError, ValueError)):  # (MissingData is a TaskError)
+    if not isinstance(e, (TaskError, ValueError, UserError)):  # (MissingData: a TaskError)
       raise
     _remove_if_empty(created)  # a refused run leaves no empty directories behind
     if isinstance(e, MissingData):

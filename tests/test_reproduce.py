@@ -724,3 +724,43 @@ def test_paper003_each_setting_runs_its_data_split_and_cohort(name):
       assert flags['partition'] == 'dirichlet'
       assert flags['dirichlet_alpha'] == {'dir06': 0.6, 'dir03': 0.3}[split]
     assert flags.get('unbalanced_sigma', 0.0) == (0.3 if unbalanced else 0.0)
+
+
+def test_an_experiment_binarys_user_error_is_reproduces_one_line(tmp_path):
+  """An experiment run by its own binary (Nastya's mushrooms, the paper-002
+  figures) whose input is missing ends reproduce with that binary's one
+  `error:` line and its offline way, not a RuntimeError traceback; the binary
+  writes under an absolute output directory (a relative one landed under the
+  repository's root when reproduce ran elsewhere)."""
+  from experiments import reproduce
+  from experiments.configs import base
+  from tff_algos.errors import UserError
+  missing = tmp_path / 'mushrooms'
+  exp = base.Experiment(
+      name='nastya_test', paper='001', ref='-', description='-',
+      runner=base.Binary('experiments.nastya', dict(libsvm_path=str(missing), rounds=1),
+                         dict(rounds=1)))
+  out_dir = tmp_path / 'out'
+  out_dir.mkdir()
+  with pytest.raises(UserError) as raised:
+    reproduce._run_binary(exp, 'full', str(out_dir))  # pylint: disable=protected-access
+  said = str(raised.value)
+  assert said.startswith(f"experiments.nastya: --libsvm_path: cannot read '{missing}'"), said
+  assert said.endswith('or run --scale=smoke (the embedded data: a check of the pipeline)')
+  assert '\n' not in said
+  argv = reproduce.binary_argv(exp, 'full', 'relative/out')
+  assert '--output_dir=relative/out' in argv  # as printed by --print_commands
+
+
+def test_an_experiment_binary_writes_where_reproduce_runs(tmp_path, monkeypatch):
+  """Run from another directory than the repository's root, with a relative
+  --root_output_dir, the binary's files (figure1.png, curves.csv) land in the
+  experiment's directory under it (they landed under the root)."""
+  from experiments import configs
+  from experiments import reproduce
+  monkeypatch.chdir(tmp_path)
+  os.makedirs('rel')
+  exp = configs.get('decaying_k_quadratic_fig1')
+  result = reproduce._run_binary(exp, 'smoke', 'rel')  # pylint: disable=protected-access
+  assert 'json' in result
+  assert {'figure1.png', 'curves.csv', 'stdout.txt'} <= set(os.listdir(tmp_path / 'rel'))

@@ -69,8 +69,12 @@ def test_labels_must_be_binary():
     libsvm.binary_labels(np.array([1.0, 2.0, 3.0]))
 
 
-def test_missing_file_is_a_task_error(tmp_path):
-  with pytest.raises(TaskError, match='cannot read LIBSVM file'):
+def test_missing_file_is_a_task_error_with_the_fix(tmp_path):
+  """It names the file and the fix: where the paper's files come from, and the
+  embedded data without the flag."""
+  with pytest.raises(TaskError, match=r'cannot read LIBSVM file .*nope.txt.* \(No such file '
+                     r'or directory\); give --libsvm_path .*https://www.csie.ntu.edu.tw/.*'
+                     r'leave it out for the embedded breast-cancer set'):
     get_task('logistic', TaskOptions(libsvm_path=str(tmp_path / 'nope.txt')))
 
 

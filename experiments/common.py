@@ -50,6 +50,30 @@ def writable_dir(path: str, flag: str) -> str:
   return path
 
 
+def dirs_to_create(path: str) -> list[str]:
+  """The directories that making `path` would create, deepest first (for
+  `remove_empty` when what follows is refused)."""
+  new = []
+  path = os.path.abspath(path)
+  while not os.path.exists(path):
+    new.append(path)
+    parent = os.path.dirname(path)
+    if parent == path:
+      break
+    path = parent
+  return new
+
+
+def remove_empty(directories: list[str]) -> None:
+  """Removes each of `directories` (`dirs_to_create`'s, deepest first) that
+  is empty; stops at the first that is not (it and those above it stay)."""
+  for directory in directories:
+    try:
+      os.rmdir(directory)
+    except OSError:
+      return
+
+
 def quiet_logs():
   """Keeps absl/TF INFO chatter (checkpoint writes, font caches) off the console."""
   import tensorflow as tf

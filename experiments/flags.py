@@ -198,7 +198,12 @@ def hparams(grid: bool = False, args: Optional[TrainerArgs] = None) -> hparams_l
   a = args_of(args)
   hp = _flag_hparams(a)
   hp = registry.with_defaults(a.algorithm, hp, [n for n in _HPARAMS if a.unset(n)])
-  return registry.for_algorithm(a.algorithm, hp) if grid else hp
+  if not grid:
+    return hp
+  # Shared by runs of several algorithms (and optimisers): each run drops what
+  # it does not read, other algorithms' flags and its optimisers' missing
+  # hyperparameters (a SGDm momentum in an SGD baseline's run).
+  return registry.for_algorithm(a.algorithm, hp).without_unused_optimizer_hparams()
 
 
 def _flag_hparams(args: TrainerArgs) -> hparams_lib.HParams:
@@ -293,8 +298,11 @@ def validate(grid: bool = False, args: Optional[TrainerArgs] = None,
     if not (math.isfinite(alpha) and alpha > 0):  # the splits refused it after TF loaded
       raise ValueError(f'--dirichlet_alpha must be a finite number > 0 (smaller: fewer '
                        f'labels per client), got {alpha!r}')
-    _flag_hparams(a).client_optimizer_spec()
-    _flag_hparams(a).server_optimizer_spec()
+    # Names and rates as given; hyperparameters an optimiser lacks are refused
+    # by `registry.check_flags`, after the algorithm's own defaults (FedGBO's
+    # SGDm takes --client_momentum where --client_optimizer is left unset).
+    _flag_hparams(a).client_optimizer_spec(check_unused=False)
+    _flag_hparams(a).server_optimizer_spec(check_unused=False)
     hp = hparams(grid, a)
     registry.check_flags(a.algorithm, hp)  # no TensorFlow up to here
     for warning in set(flag_rules.warnings(a.algorithm, hp)) - _WARNED:
@@ -310,11 +318,17 @@ def validate(grid: bool = False, args: Optional[TrainerArgs] = None,
       raise ValueError(synthetic_unread(a.task))
     config = run_config(None, a)
     runtime_flags.check()
+    created = []
     if writable_root:
       from experiments import common  # pylint: disable=g-import-not-at-top
+      created = common.dirs_to_create(a.root_output_dir)
       common.writable_dir(a.root_output_dir, 'root_output_dir')
     if check_config:
-      registry.check(a.algorithm, hp)
+      try:
+        registry.check(a.algorithm, hp)
+      except ValueError:
+        common.remove_empty(created)  # a refused run leaves no new empty root behind
+        raise
   except ValueError as e:  # TaskError is a ValueError
     raise FlagError(str(e)) from None
   return options, hp, config

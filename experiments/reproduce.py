@@ -266,8 +266,9 @@ def _run_binary(exp, scale, out_dir):
   root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   env['PYTHONPATH'] = root + os.pathsep + env.get('PYTHONPATH', '')
   proc = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=root)
-  with open(os.path.join(out_dir, 'stdout.txt'), 'w') as f:
-    f.write(proc.stdout)
+  if proc.stdout or proc.returncode == 0:  # (a refused run leaves no empty file)
+    with open(os.path.join(out_dir, 'stdout.txt'), 'w') as f:
+      f.write(proc.stdout)
   said = proc.stderr.strip().splitlines()[-1:] or ['']
   if proc.returncode == common.USAGE_ERROR and said[0].startswith('error: '):
     offline = ('' if scale == 'smoke' else
@@ -365,7 +366,7 @@ def main(argv):
       for plan in plans:
         print(plan.command(os.path.join(out_dir, 'runs')))
     return 0
-  created = _new_dirs(out_dir)
+  created = common.dirs_to_create(out_dir)
   common.writable_dir(out_dir, 'root_output_dir')
   common.quiet_logs()
   print(f'{exp.name}: {exp.paper}, {exp.ref} [{FLAGS.scale}] -> {out_dir}', flush=True)
@@ -375,7 +376,7 @@ def main(argv):
     from tasks import MissingData, TaskError  # pylint: disable=g-import-not-at-top
     if not isinstance(e, (TaskError, ValueError, UserError)):  # (MissingData: a TaskError)
       raise
-    _remove_if_empty(created)  # a refused run leaves no empty directories behind
+    common.remove_empty(created)  # a refused run leaves no empty directories behind
     if isinstance(e, MissingData):
       # reproduce has no --use_synthetic_data: its offline check is --scale=smoke.
       return common.fail(e.offline_instead(
@@ -384,28 +385,6 @@ def main(argv):
   print(result['table'])
   print(f'result: {os.path.join(out_dir, "result.json")}  plot: {result["plot"]}')
   return 0
-
-
-def _new_dirs(path: str) -> list[str]:
-  """The directories that making `path` would create, deepest first."""
-  new = []
-  path = os.path.abspath(path)
-  while not os.path.exists(path):
-    new.append(path)
-    parent = os.path.dirname(path)
-    if parent == path:
-      break
-    path = parent
-  return new
-
-
-def _remove_if_empty(directories: list[str]) -> None:
-  """Removes each of `directories` (deepest first) that is empty."""
-  for directory in directories:
-    try:
-      os.rmdir(directory)
-    except OSError:  # not empty (or gone): it and those above it stay
-      return
 
 
 if __name__ == '__main__':

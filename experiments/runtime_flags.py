@@ -230,17 +230,20 @@ def map_in_processes(fn: Callable[[Any], Any], items: Iterable[Any], jobs: int,
   finished, workers = False, []
   try:
     try:
-      if blockable:
-        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+      # The caller's mask, unchanged (a call that changes it can raise a pending
+      # KeyboardInterrupt after the change, before its result is kept).
+      mask = signal.pthread_sigmask(signal.SIG_BLOCK, ()) if blockable else None
       try:
+        if mask is not None:
+          signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
         futures = []
         for item in items:
           futures.append(executor.submit(_call_in_worker, fn, item))
           # Taken while alive (a dead one leaves `active_children()`).
           workers += [p for p in _spawned(before) if p not in workers]
       finally:
-        if blockable:
-          signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+        if mask is not None:  # the caller's mask again
+          signal.pthread_sigmask(signal.SIG_SETMASK, mask)
       for future in concurrent.futures.as_completed(futures):
         yield future.result()
     except concurrent.futures.process.BrokenProcessPool as e:
@@ -256,6 +259,9 @@ def map_in_processes(fn: Callable[[Any], Any], items: Iterable[Any], jobs: int,
     # one left open would make the interpreter's exit wait for every item).
     executor.shutdown(wait=finished, cancel_futures=True)
     if not finished:
+      # (A Ctrl-C taken by another thread stops a submit before its worker is
+      # recorded: those alive now too.)
+      workers += [p for p in _spawned(before) if p not in workers]
       for process in workers:
         process.terminate()
       for process in workers:

@@ -159,3 +159,23 @@ def test_smoke_run_writes_tables_and_plots(tmp_path):
     with open(root / 'digits' / 'K2' / name / 'summary.json') as f:
       flags = json.load(f)['flags']
     assert flags['local_steps'] == 2 and flags['uniform_weighting'] is True, name
+
+
+def test_the_docstrings_adam_override_drops_the_sgdm_momentum_default():
+  """`--algorithm_flags='fedgbo:client_optimizer=adam,client_beta_1=0.9'` (the
+  module docstring's example): the SGDm default's momentum is not Adam's, so
+  the run drops it (it was refused: '--client_momentum is for sgdm')."""
+  from absl import flags
+  from experiments import fedgbo
+  from experiments import flags as trainer_flags
+  FLAGS = flags.FLAGS
+  FLAGS.unparse_flags()
+  try:
+    FLAGS(['fedgbo'])
+    base = trainer_flags.TrainerArgs.from_flags()
+    overrides = fedgbo.parse_algorithm_flags('fedgbo:client_optimizer=adam,client_beta_1=0.9')
+    values = fedgbo._settings('femnist', '10', 'fedgbo', overrides, set())  # pylint: disable=protected-access
+    _, hp, _ = fedgbo._validate('femnist', fedgbo._run_args(base, values))  # pylint: disable=protected-access
+    assert (hp.client_optimizer, hp.client_momentum, hp.client_beta_1) == ('adam', None, 0.9)
+  finally:
+    FLAGS.unparse_flags()

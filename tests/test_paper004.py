@@ -104,6 +104,38 @@ def _resolved(*argv):
 
 
 @pytest.mark.parametrize('algorithm', GBO_FAMILY)
+def test_a_momentum_for_the_default_sgdm_is_taken(algorithm):
+  """--client_momentum with --client_optimizer left unset: the algorithm's
+  SGDm default takes it (the optimiser check runs after the defaults; on the
+  raw flags it read plain sgd and refused the momentum)."""
+  hp, _, _ = _resolved(f'--algorithm={algorithm}', '--client_momentum=0.5')
+  assert (hp.client_optimizer, hp.client_momentum) == ('sgdm', 0.5)
+
+
+def test_a_shared_momentum_is_dropped_where_the_optimiser_lacks_it():
+  """fedgbo's binary passes one set of flags to its SGDm algorithms and its
+  SGD baselines (`hparams(grid=True)`): an SGD run drops the momentum, as it
+  drops other algorithms' flags; the trainer refuses it for plain SGD."""
+  from absl import flags
+  from experiments import flags as trainer_flags
+  import experiments.train  # noqa: F401
+  FLAGS = flags.FLAGS
+  FLAGS.unparse_flags()
+  try:
+    FLAGS(['train', '--client_momentum=0.95', '--algorithm=fedavg'])
+    base = trainer_flags.TrainerArgs.from_flags()
+    sgd = trainer_flags.hparams(grid=True, args=base)
+    assert (sgd.client_optimizer, sgd.client_momentum) == ('sgd', None)
+    gbo = trainer_flags.hparams(grid=True, args=base.override(algorithm='fedgbo'))
+    assert (gbo.client_optimizer, gbo.client_momentum) == ('sgdm', 0.95)
+    with pytest.raises(trainer_flags.FlagError, match='--client_momentum is not used by '
+                       '--client_optimizer=sgd'):
+      trainer_flags.validate(args=base)
+  finally:
+    FLAGS.unparse_flags()
+
+
+@pytest.mark.parametrize('algorithm', GBO_FAMILY)
 def test_unset_flags_take_the_papers_k_and_sgdm(algorithm):
   hp, name, defaults = _resolved(f'--algorithm={algorithm}')
   assert (hp.client_optimizer, hp.local_steps) == ('sgdm', 10)

@@ -111,17 +111,31 @@ class HParams:
   fedmax_reference_kl: bool = _flag(False, 'FedMAX: KL(uniform || softmax(.)), the direction '
                                            "of the authors' code.")
 
-  def client_optimizer_spec(self) -> optimizers.OptimizerSpec:
-    return _used('client', optimizers.OptimizerSpec(
+  def client_optimizer_spec(self, check_unused: bool = True) -> optimizers.OptimizerSpec:
+    """The client optimiser; `check_unused`: refuse a hyperparameter it lacks."""
+    spec = optimizers.OptimizerSpec(
         self.client_optimizer, self.client_learning_rate, momentum=self.client_momentum,
-        beta_1=self.client_beta_1, beta_2=self.client_beta_2, epsilon=self.client_epsilon))
+        beta_1=self.client_beta_1, beta_2=self.client_beta_2, epsilon=self.client_epsilon)
+    return _used('client', spec) if check_unused else spec
 
-  def server_optimizer_spec(self) -> optimizers.OptimizerSpec:
-    return _used('server', optimizers.OptimizerSpec(
+  def server_optimizer_spec(self, check_unused: bool = True) -> optimizers.OptimizerSpec:
+    """The server optimiser; `check_unused`: refuse a hyperparameter it lacks."""
+    spec = optimizers.OptimizerSpec(
         self.server_optimizer, self.server_learning_rate,
         momentum=self.server_momentum, beta_1=self.server_beta_1,
         beta_2=self.server_beta_2, epsilon=self.server_epsilon,
-        initial_accumulator=self.server_initial_accumulator))
+        initial_accumulator=self.server_initial_accumulator)
+    return _used('server', spec) if check_unused else spec
+
+  def without_unused_optimizer_hparams(self) -> 'HParams':
+    """These hyperparameters with the --client_/--server_ ones that their
+    optimisers lack unset: for binaries that pass one set of flags to runs of
+    several optimisers (fedgbo's SGD baselines beside its SGDm algorithms)."""
+    unset = {}
+    for side in ('client', 'server'):
+      spec = getattr(self, f'{side}_optimizer_spec')(check_unused=False)
+      unset.update({f'{side}_{field}': None for field in spec.unused()})
+    return dataclasses.replace(self, **unset) if unset else self
 
 
 def _used(side: str, spec: optimizers.OptimizerSpec) -> optimizers.OptimizerSpec:

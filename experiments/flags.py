@@ -318,9 +318,9 @@ def validate(grid: bool = False, args: Optional[TrainerArgs] = None,
       raise ValueError(synthetic_unread(a.task))
     config = run_config(None, a)
     runtime_flags.check()
+    from experiments import common  # pylint: disable=g-import-not-at-top
     created = []
     if writable_root:
-      from experiments import common  # pylint: disable=g-import-not-at-top
       created = common.dirs_to_create(a.root_output_dir)
       common.writable_dir(a.root_output_dir, 'root_output_dir')
     if check_config:

@@ -164,18 +164,21 @@ def test_smoke_run_writes_tables_and_plots(tmp_path):
 def test_the_docstrings_adam_override_drops_the_sgdm_momentum_default():
   """`--algorithm_flags='fedgbo:client_optimizer=adam,client_beta_1=0.9'` (the
   module docstring's example): the SGDm default's momentum is not Adam's, so
-  the run drops it (it was refused: '--client_momentum is for sgdm')."""
-  from absl import flags
-  from experiments import fedgbo
-  from experiments import flags as trainer_flags
-  FLAGS = flags.FLAGS
-  FLAGS.unparse_flags()
-  try:
-    FLAGS(['fedgbo'])
-    base = trainer_flags.TrainerArgs.from_flags()
-    overrides = fedgbo.parse_algorithm_flags('fedgbo:client_optimizer=adam,client_beta_1=0.9')
-    values = fedgbo._settings('femnist', '10', 'fedgbo', overrides, set())  # pylint: disable=protected-access
-    _, hp, _ = fedgbo._validate('femnist', fedgbo._run_args(base, values))  # pylint: disable=protected-access
-    assert (hp.client_optimizer, hp.client_momentum, hp.client_beta_1) == ('adam', None, 0.9)
-  finally:
-    FLAGS.unparse_flags()
+  the run drops it (it was refused: '--client_momentum is for sgdm'). In a
+  process of its own: the binary's flags clash with feddyn's in one process."""
+  code = """
+from absl import flags
+from experiments import fedgbo
+from experiments import flags as trainer_flags
+flags.FLAGS(['fedgbo'])
+base = trainer_flags.TrainerArgs.from_flags()
+overrides = fedgbo.parse_algorithm_flags('fedgbo:client_optimizer=adam,client_beta_1=0.9')
+values = fedgbo._settings('femnist', '10', 'fedgbo', overrides, set())
+_, hp, _ = fedgbo._validate('femnist', fedgbo._run_args(base, values))
+print(hp.client_optimizer, hp.client_momentum, hp.client_beta_1)
+"""
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  res = subprocess.run([sys.executable, '-c', code], cwd=root, capture_output=True, text=True,
+                       env=dict(os.environ, PYTHONPATH=root), timeout=120)
+  assert res.returncode == 0, res.stderr[-3000:]
+  assert res.stdout.split() == ['adam', 'None', '0.9'], res.stdout

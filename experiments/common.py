@@ -182,8 +182,6 @@ def guarded(main):
       return main(argv)
     except UserError as e:
       return fail(e)
-    except app.UsageError as e:  # app.run would print the whole --help above it
-      return fail(f'{e}; see --help')
     except BrokenPipeError:
       if not _stdout_closed():
         raise  # another pipe (a worker's): its traceback says which

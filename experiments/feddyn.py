@@ -33,7 +33,6 @@ import json
 import math
 import os
 
-from absl import app
 from absl import flags
 import numpy as np
 
@@ -288,8 +287,7 @@ def _write_outputs(root: str, results, curves, algorithms, reference, seeds, tar
 
 
 def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f'unexpected arguments: {argv[1:]}')
+  del argv  # `common.run` refuses positional arguments
   try:
     lists = _parse_lists()  # a bad list item is answered before TensorFlow loads
   except ValueError as e:

@@ -259,6 +259,14 @@ def cohort_too_large(clients_per_round: int, num_clients: int, task: str) -> str
           f'of task {task!r}; set --clients_per_round={num_clients} or less')
 
 
+def check_dir_name(flag: str, name: Optional[str]) -> None:
+  """Refuses (ValueError) a `--flag` that is not one directory name under the
+  output root (None: unset): '..' or an absolute path wrote outside it."""
+  if name is not None and (not re.fullmatch(r'[\w.\-]+', name) or name in ('.', '..')):
+    raise ValueError(f'--{flag} must be one directory name of letters, digits, '
+                     f'_ . - (not . or ..), got {name!r}')
+
+
 def synthetic_unread(task: str) -> str:
   """The refusal of --use_synthetic_data for a task that has no synthetic stand-in."""
   from tasks import catalog  # pylint: disable=g-import-not-at-top
@@ -290,10 +298,7 @@ def validate(grid: bool = False, args: Optional[TrainerArgs] = None,
   """
   a = args_of(args)
   try:
-    name = a.experiment_name
-    if name is not None and (not re.fullmatch(r'[\w.\-]+', name) or name in ('.', '..')):
-      raise ValueError(f'--experiment_name must be one directory name of letters, digits, '
-                       f'_ . - (not . or ..), got {name!r}')
+    check_dir_name('experiment_name', a.experiment_name)
     alpha = a.dirichlet_alpha
     if not (math.isfinite(alpha) and alpha > 0):  # the splits refused it after TF loaded
       raise ValueError(f'--dirichlet_alpha must be a finite number > 0 (smaller: fewer '

@@ -22,7 +22,6 @@ import contextlib
 import csv
 import itertools
 import os
-import re
 import sys
 import types
 
@@ -91,15 +90,6 @@ def parse_grid(spec: str) -> list[tuple[str, list[str]]]:
   if not axes:
     raise ValueError('--grid is empty')
   return axes
-
-
-def check_grid_name(name) -> None:
-  """--grid_name is one directory under --root_output_dir, as --experiment_name
-  is (`trainer_flags.validate`'s rule): '..' or an absolute path wrote the grid
-  outside it. Checked before any run (and before TensorFlow loads)."""
-  if name is not None and (not re.fullmatch(r'[\w.\-]+', name) or name in ('.', '..')):
-    raise ValueError(f'--grid_name must be one directory name of letters, digits, '
-                     f'_ . - (not . or ..), got {name!r}')
 
 
 def combinations(args: trainer_flags.TrainerArgs, axes
@@ -261,7 +251,7 @@ def main(argv):
   del argv
   args = trainer_flags.TrainerArgs.from_flags()
   try:
-    check_grid_name(FLAGS.grid_name)
+    trainer_flags.check_dir_name('grid_name', FLAGS.grid_name)  # not outside the root
     axes = parse_grid(FLAGS.grid)
     for g in FLAGS.group_by:
       if g not in dict(axes):

@@ -35,6 +35,7 @@ from experiments import common
 from experiments import report
 from experiments import runtime_flags
 from experiments.configs import number_list
+from tasks.catalog import LIBSVM_SOURCE
 
 flags.adopt_module_key_flags(runtime_flags)  # --help lists them
 
@@ -72,9 +73,6 @@ def run_names() -> list[str]:
       raise ValueError(f'--runs: unknown {unknown}; choose from {names}')
     names = [n for n in names if n in FLAGS.runs]
   return names
-
-
-LIBSVM_SOURCE = 'https://www.csie.ntu.edu.tw/~cjlin/libsvmtools/datasets/binary.html'
 
 
 def check_libsvm_path(path: str) -> None:

@@ -27,7 +27,6 @@ import sys
 import time
 from typing import Any, Optional, Sequence
 
-from absl import app
 from absl import flags
 
 from experiments import common
@@ -255,6 +254,10 @@ def _run_trainer(exp, scale, out_dir, progress, manage_runtime):
   return dict(runs=runs, rounds={p.name: p.flags['total_rounds'] for p in plans})
 
 
+# The offline way of a run refused for its data (reproduce has no --use_synthetic_data).
+SMOKE_INSTEAD = 'or run --scale=smoke (the embedded data: a check of the pipeline)'
+
+
 def _run_binary(exp, scale, out_dir):
   """The experiment's own binary, run from the repository's root (its
   configs' data paths are relative to it) with an absolute output directory
@@ -271,8 +274,7 @@ def _run_binary(exp, scale, out_dir):
       f.write(proc.stdout)
   said = proc.stderr.strip().splitlines()[-1:] or ['']
   if proc.returncode == common.USAGE_ERROR and said[0].startswith('error: '):
-    offline = ('' if scale == 'smoke' else
-               '; or run --scale=smoke (the embedded data: a check of the pipeline)')
+    offline = '' if scale == 'smoke' else f'; {SMOKE_INSTEAD}'
     raise UserError(f'{exp.runner.module}: {said[0][len("error: "):]}{offline}')
   if proc.returncode != 0:
     raise RuntimeError(f'{" ".join(argv)} failed (exit {proc.returncode}):\n'
@@ -325,8 +327,7 @@ def _plot(exp, results, out_dir) -> Optional[str]:
 
 
 def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f'unexpected arguments: {argv[1:]}')
+  del argv  # `common.run` refuses positional arguments
   from experiments import configs
   experiments = configs.all_experiments()
   if FLAGS.experiment:  # known in every mode, not ignored by --list/--report
@@ -379,8 +380,7 @@ def main(argv):
     common.remove_empty(created)  # a refused run leaves no empty directories behind
     if isinstance(e, MissingData):
       # reproduce has no --use_synthetic_data: its offline check is --scale=smoke.
-      return common.fail(e.offline_instead(
-          'or run --scale=smoke (the embedded data: a check of the pipeline)'))
+      return common.fail(e.offline_instead(SMOKE_INSTEAD))
     return common.fail(e)
   print(result['table'])
   print(f'result: {os.path.join(out_dir, "result.json")}  plot: {result["plot"]}')

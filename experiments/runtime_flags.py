@@ -239,8 +239,7 @@ def map_in_processes(fn: Callable[[Any], Any], items: Iterable[Any], jobs: int,
         futures = []
         for item in items:
           futures.append(executor.submit(_call_in_worker, fn, item))
-          # Taken while alive (a dead one leaves `active_children()`).
-          workers += [p for p in _spawned(before) if p not in workers]
+          _record_spawned(workers, before)  # while alive (a dead one leaves the list)
       finally:
         if mask is not None:  # the caller's mask again
           signal.pthread_sigmask(signal.SIG_SETMASK, mask)
@@ -261,17 +260,19 @@ def map_in_processes(fn: Callable[[Any], Any], items: Iterable[Any], jobs: int,
     if not finished:
       # (A Ctrl-C taken by another thread stops a submit before its worker is
       # recorded: those alive now too.)
-      workers += [p for p in _spawned(before) if p not in workers]
+      _record_spawned(workers, before)
       for process in workers:
         process.terminate()
       for process in workers:
         process.join()
 
 
-def _spawned(before: set) -> list:
-  """The child processes started since `before` (`active_children()` then)."""
+def _record_spawned(workers: list, before: set) -> None:
+  """Adds to `workers` the live child processes started since `before`
+  (`active_children()` then) that it lacks."""
   import multiprocessing  # pylint: disable=g-import-not-at-top
-  return [p for p in multiprocessing.active_children() if p not in before]
+  workers.extend(p for p in multiprocessing.active_children()
+                 if p not in before and p not in workers)
 
 
 def _call_in_worker(fn: Callable[[Any], Any], item: Any) -> Any:

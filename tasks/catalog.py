@@ -14,6 +14,8 @@ from typing import Callable, Optional
 
 from tasks.options import TaskError, TaskOptions
 
+# Where paper 001's LIBSVM files (mushrooms, ...) come from (`--libsvm_path`).
+LIBSVM_SOURCE = 'https://www.csie.ntu.edu.tw/~cjlin/libsvmtools/datasets/binary.html'
 # `partition.split`'s schemes (cifar10_lenet, logistic) and paper 003's.
 SPLITS = ('iid', 'sorted', 'dirichlet')
 FEDDYN_SPLITS = ('iid', 'dirichlet')

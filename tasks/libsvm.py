@@ -54,10 +54,6 @@ def _open_text(path: str):
   return open(path)
 
 
-# Where paper 001's LIBSVM files (mushrooms, ...) come from.
-LIBSVM_SOURCE = 'https://www.csie.ntu.edu.tw/~cjlin/libsvmtools/datasets/binary.html'
-
-
 def parse_libsvm(path: str, num_features: Optional[int] = None
                  ) -> tuple[np.ndarray, np.ndarray]:
   """Reads `label idx:value ...` lines (1-based indices) into dense arrays.
@@ -71,7 +67,7 @@ def parse_libsvm(path: str, num_features: Optional[int] = None
     raise base.TaskError(
         f'cannot read LIBSVM file {path!r} ({e.strerror or e}); give --libsvm_path a '
         f'LIBSVM-format file (.bz2/.gz read as they are), e.g. the paper\'s mushrooms from '
-        f'{LIBSVM_SOURCE}, or leave it out for the embedded breast-cancer set') from None
+        f'{catalog.LIBSVM_SOURCE}, or leave it out for the embedded breast-cancer set') from None
   labels, rows, cols, vals = [], [], [], []
   with f:
     for lineno, line in enumerate(f, 1):

@@ -187,6 +187,24 @@ if __name__ == '__main__':
 """
 
 
+def _run_script(tmp_path, source: str, *args) -> tuple[int, str, str]:
+  """(exit status, stdout, stderr) of the script `source` run with `args`; any
+  process it leaves behind (a worker of the map) is killed."""
+  import psutil
+  script = tmp_path / 'script.py'
+  script.write_text(source)
+  proc = subprocess.Popen([sys.executable, str(script), *args], cwd=ROOT, text=True,
+                          env=dict(os.environ, PYTHONPATH=ROOT),
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+  try:
+    out, err = proc.communicate(timeout=240)
+  finally:
+    children = psutil.Process(proc.pid).children(recursive=True) if proc.poll() is None else []
+    proc.kill()
+    psutil.wait_procs(children, timeout=10)
+  return proc.returncode, out, err
+
+
 @pytest.mark.parametrize('how,said', [
     ('kill', 'error: a worker process died (killed by SIGKILL, often the out-of-memory '
              'killer) before the 6 items'),
@@ -201,19 +219,8 @@ def test_a_worker_process_that_dies_is_one_error_not_a_hang(tmp_path, how, said)
   forever for the item it held (a CI run once hung so). A worker's user
   error reaches the parent as its own line (MissingData does not unpickle as
   it is: it broke the pool); a worker whose start fails is said as such."""
-  import psutil
-  script = tmp_path / 'dying.py'
-  script.write_text(_DYING_WORKER)
-  proc = subprocess.Popen([sys.executable, str(script), how], cwd=ROOT, text=True,
-                          env=dict(os.environ, PYTHONPATH=ROOT),
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-  try:
-    out, err = proc.communicate(timeout=240)
-  finally:
-    children = psutil.Process(proc.pid).children(recursive=True) if proc.poll() is None else []
-    proc.kill()
-    psutil.wait_procs(children, timeout=10)
-  assert proc.returncode == 2, (out, err[-3000:])
+  returncode, out, err = _run_script(tmp_path, _DYING_WORKER, how)
+  assert returncode == 2, (out, err[-3000:])
   assert out.startswith(said), (out, err[-3000:])
   if how.startswith('kill'):
     assert 'fewer --jobs' in out and 'Traceback' not in err, (out, err[-3000:])
@@ -316,19 +323,8 @@ def test_ctrl_c_while_the_workers_are_spawned_stops_the_map(tmp_path):
   """A Ctrl-C that comes while `map_in_processes` spawns its workers (SIGINT
   is held from them then) stops the map at once, workers included, instead
   of being lost (it was ignored there, and every item ran)."""
-  import psutil
-  script = tmp_path / 'interrupted.py'
-  script.write_text(_INTERRUPTED_SPAWN)
-  proc = subprocess.Popen([sys.executable, str(script)], cwd=ROOT, text=True,
-                          env=dict(os.environ, PYTHONPATH=ROOT),
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-  try:
-    out, err = proc.communicate(timeout=240)
-  finally:
-    children = psutil.Process(proc.pid).children(recursive=True) if proc.poll() is None else []
-    proc.kill()
-    psutil.wait_procs(children, timeout=10)
-  assert (proc.returncode, out) == (130, 'interrupted after 0\n'), (out, err[-3000:])
+  returncode, out, err = _run_script(tmp_path, _INTERRUPTED_SPAWN)
+  assert (returncode, out) == (130, 'interrupted after 0\n'), (out, err[-3000:])
   assert 'Traceback' not in err and 'Spawn' not in err, err[-3000:]
 
 

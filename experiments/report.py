@@ -11,10 +11,9 @@ from typing import Iterable, Optional, Sequence
 
 
 def read_metrics(path: str) -> list[dict]:
-  """`tff_algos.training.read_metrics` (the one reader of metrics.csv), imported
-  when called: the binaries import this module before TensorFlow."""
-  from tff_algos import training  # pylint: disable=g-import-not-at-top
-  return training.read_metrics(path)
+  """`tff_algos.run_dir.read_metrics`, the one reader of metrics.csv (no TensorFlow)."""
+  from tff_algos import run_dir  # pylint: disable=g-import-not-at-top
+  return run_dir.read_metrics(path)
 
 
 COUNTS = ('num_examples', 'num_batches', 'num_tokens')  # sizes of the test set, not scores
@@ -176,10 +175,11 @@ def markdown_table(header: Sequence[str], rows: Iterable[Sequence],
   return '\n'.join(lines)
 
 
-def print_run_results(out_dir: str, final_eval: dict) -> None:
+def print_run_results(out_dir: str, final_eval: Optional[dict]) -> None:
   """The table of evaluations, curves.png and the final evaluation. When
   metrics.csv has no rows (deleted after the run finished; the checkpoint kept
-  the totals), a note replaces the table and the figure."""
+  the totals), a note replaces the table and the figure. `final_eval` None: the
+  run has not finished (no summary.json)."""
   path = os.path.join(out_dir, 'metrics.csv')
   rows = read_metrics(path) if os.path.exists(path) else []
   if rows:
@@ -189,8 +189,49 @@ def print_run_results(out_dir: str, final_eval: dict) -> None:
   else:
     print(f'note: {path} is missing or empty, so no table or figure; summary.json '
           'keeps the totals', file=sys.stderr)
-  final = ', '.join(f'{k}={v:.4f}' for k, v in final_eval.items()
-                    if k not in COUNTS)
-  print(f'final eval: {final or "none (this task has no evaluation set)"}')
+  if final_eval is None:
+    print('final eval: none yet (no summary.json: the run has not finished; rerun its '
+          'command to resume it)')
+  else:
+    final = ', '.join(f'{k}={v:.4f}' for k, v in final_eval.items()
+                      if k not in COUNTS)
+    print(f'final eval: {final or "none (this task has no evaluation set)"}')
   if rows:
     print(f'metrics: {path}  figure: {figure}')
+
+
+USAGE = ('usage: python -m experiments.report RUN_DIR [RUN_DIR ...]: prints a run\'s '
+         'table of evaluations and final evaluation again and redraws its curves.png '
+         '(RUN_DIR: the directory experiments.train wrote, e.g. runs/<experiment_name>)')
+
+
+def main(argv: Sequence[str]) -> int:
+  """`python -m experiments.report RUN_DIR...`, without TensorFlow."""
+  dirs = list(argv[1:])
+  if dirs and dirs[0] in ('-h', '--help', '-help', '--helpfull'):
+    print(USAGE)
+    return 0
+  if not dirs or any(d.startswith('-') for d in dirs):
+    print(f'error: {USAGE}', file=sys.stderr)
+    return 2
+  for d in dirs:
+    if not any(os.path.exists(os.path.join(d, f)) for f in ('metrics.csv', 'summary.json')):
+      print(f'error: {d} holds no metrics.csv or summary.json; give a run directory that '
+            'experiments.train wrote (its --root_output_dir/--experiment_name)',
+            file=sys.stderr)
+      return 2
+  for i, d in enumerate(dirs):
+    if len(dirs) > 1:
+      print(f'{"" if i == 0 else chr(10)}== {d}')
+    summary_path = os.path.join(d, 'summary.json')
+    final_eval = None
+    if os.path.exists(summary_path):
+      import json
+      with open(summary_path) as f:
+        final_eval = json.load(f).get('final_eval') or {}
+    print_run_results(d, final_eval)
+  return 0
+
+
+if __name__ == '__main__':
+  sys.exit(main(sys.argv))

@@ -80,3 +80,53 @@ def contains(stats: Optional[dict], value: float) -> Optional[bool]:
     return None
   lo, hi = stats['ci95']
   return lo <= value <= hi
+
+
+USAGE = ('usage: python -m experiments.seed_stats VALUE VALUE ... [--published=X]: the '
+         'mean, standard deviation and 95 % interval of per-seed values, and whether a '
+         'published value X lies inside it')
+
+
+def main(argv: Sequence[str]) -> int:
+  """`python -m experiments.seed_stats 0.81 0.83 0.80 --published=0.82`."""
+  import sys
+  args = list(argv[1:])
+  if args and args[0] in ('-h', '--help', '-help', '--helpfull'):
+    print(USAGE)
+    return 0
+  published, values = None, []
+  for a in args:
+    text = a.split('=', 1)[1] if a.startswith('--published=') else a
+    if a.startswith('--') and not a.startswith('--published='):
+      print(f'error: unknown flag {a}; {USAGE}', file=sys.stderr)
+      return 2
+    try:
+      value = float(text)
+    except ValueError:
+      print(f'error: {text!r} is not a number; {USAGE}', file=sys.stderr)
+      return 2
+    if a.startswith('--published='):
+      published = value
+    else:
+      values.append(value)
+  if not values:
+    print(f'error: no values; {USAGE}', file=sys.stderr)
+    return 2
+  s = summarize(values)
+  line = f"n={s['n']} mean={s['mean']:.6g}"
+  if s['std'] is None:
+    line += ' std=none ci95=none (one value: no spread)'
+  else:
+    line += f" std={s['std']:.6g} ci95=[{s['ci95'][0]:.6g}, {s['ci95'][1]:.6g}]"
+  if published is not None:
+    inside = contains(s, published)
+    line += (f' published={published:.6g} '
+             + ('inside: unknown (one value)' if inside is None
+                else f'inside={"yes" if inside else "no"}'))
+  print(line)
+  return 0
+
+
+if __name__ == '__main__':
+  import sys
+  sys.exit(main(sys.argv))

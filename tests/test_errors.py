@@ -3,6 +3,8 @@ one `error:` line and exit status 2, never a traceback or TFF's
 `ServiceManager.__del__` noise; Ctrl-C and SIGTERM say where the run stopped."""
 
 import ast
+import json
+import math
 import glob
 import os
 import re
@@ -469,3 +471,62 @@ def test_a_broken_pipe_that_is_not_stdout_keeps_its_traceback():
   assert res.returncode == 1 and 'BrokenPipeError' in res.stderr, res.stderr
   assert 'Traceback' in res.stderr
   assert 'output pipe was closed' not in res.stderr
+
+
+def _run_dir(path, rows, final_eval=None):
+  import csv
+  path.mkdir(parents=True)
+  with open(path / 'metrics.csv', 'w', newline='') as f:
+    writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+    writer.writeheader()
+    writer.writerows(rows)
+  if final_eval is not None:
+    (path / 'summary.json').write_text(json.dumps({'final_eval': final_eval}))
+  return str(path)
+
+
+def test_report_as_a_binary_prints_a_runs_table_again_without_tensorflow(tmp_path):
+  """`python -m experiments.report RUN_DIR` did nothing and exited 0."""
+  rows = [{'round': r, 'client_work/train/loss': 1.0 / r, 'client_work/client_steps': 5.0,
+           'upload_bytes': 2e6, 'round_time_s': 0.5, 'eval/accuracy': 0.25 * r}
+          for r in (1, 2)]
+  done = _run_dir(tmp_path / 'done', rows, {'accuracy': 0.5, 'num_examples': 100.0})
+  stopped = _run_dir(tmp_path / 'stopped', rows[:1])
+  code = ('import sys; from experiments import report; rc = report.main(sys.argv); '
+          'assert "tensorflow" not in sys.modules; sys.exit(rc)')
+  result = subprocess.run([sys.executable, '-c', code, done, stopped], capture_output=True,
+                          text=True, timeout=120)
+  assert result.returncode == 0, result.stderr
+  out = result.stdout
+  assert f'== {done}' in out and f'== {stopped}' in out
+  assert 'final eval: accuracy=0.5000' in out and 'num_examples' not in out.split('== ')[1]
+  assert 'none yet (no summary.json: the run has not finished' in out
+  assert (tmp_path / 'done' / 'curves.png').exists()
+  for argv, message in (([], 'usage: python -m experiments.report RUN_DIR'),
+                        ([str(tmp_path)], 'holds no metrics.csv or summary.json'),
+                        (['--bad'], 'usage:')):
+    result = subprocess.run([sys.executable, '-m', 'experiments.report', *argv],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and result.stdout == ''
+    assert result.stderr.startswith('error: ') and message in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_seed_stats_as_a_binary_says_whether_a_published_value_lies_in_the_interval():
+  """`python -m experiments.seed_stats` did nothing and exited 0."""
+  def run(*argv):
+    return subprocess.run([sys.executable, '-m', 'experiments.seed_stats', *argv],
+                          capture_output=True, text=True, timeout=120)
+  result = run('1', '2', '3', '--published=2.5')
+  assert result.returncode == 0, result.stderr
+  half = 4.302653 / math.sqrt(3)  # t_{0.975, 2} s / sqrt(n), s = 1
+  assert result.stdout.strip() == (f'n=3 mean=2 std=1 ci95=[{2 - half:.6g}, {2 + half:.6g}] '
+                                   'published=2.5 inside=yes')
+  assert run('1', '2', '3', '--published=9').stdout.strip().endswith('inside=no')
+  assert 'one value: no spread' in run('0.5').stdout
+  for argv, message in (((), 'no values'), (('1', 'x'), "'x' is not a number"),
+                        (('1', '--publish=2'), 'unknown flag --publish=2')):
+    result = run(*argv)
+    assert result.returncode == 2 and result.stdout == ''
+    assert result.stderr.startswith('error: ' + message)
+    assert len(result.stderr.strip().splitlines()) == 1

@@ -27,7 +27,7 @@ import math
 import os
 from typing import Optional, Sequence
 
-from tff_algos.training import read_metrics
+from tff_algos.run_dir import read_metrics
 
 ACCURACY = 'eval/sparse_categorical_accuracy'
 

@@ -309,6 +309,19 @@ def signals_deferred() -> Iterator[None]:
       deliver(*pending[0])
 
 
+def read_metrics(path: str) -> list[dict[str, Any]]:
+  """Rows of a metrics.csv: numbers as floats, empty cells left out (no
+  TensorFlow: `python -m experiments.report` reads runs with it)."""
+  def parse(v):
+    try:
+      return float(v)
+    except ValueError:
+      return v
+  with open(path, newline='') as f:
+    return [{k: parse(v) for k, v in row.items() if v not in ('', None)}
+            for row in csv.DictReader(f)]
+
+
 def read_metrics_csv(path: str) -> tuple[list[str], list[dict[str, str]]]:
   """(header, rows) of a metrics.csv, rounds increasing.
 

@@ -18,7 +18,6 @@ resume needs.
 from __future__ import annotations
 
 import collections
-import csv
 import dataclasses
 import json
 import random
@@ -580,13 +579,4 @@ def _identity(algorithm, task, config, extra) -> dict[str, Any]:
   return json.loads(json.dumps(ident, sort_keys=True, default=str))
 
 
-def read_metrics(path: str) -> list[dict[str, Any]]:
-  """Rows of a metrics.csv: numbers as floats, empty cells left out."""
-  def parse(v):
-    try:
-      return float(v)
-    except ValueError:
-      return v
-  with open(path, newline='') as f:
-    return [{k: parse(v) for k, v in row.items() if v not in ('', None)}
-            for row in csv.DictReader(f)]
+read_metrics = run_dir.read_metrics  # where the binaries and tables found it

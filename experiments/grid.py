@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import hashlib
 import itertools
 import os
 import sys
@@ -110,6 +111,17 @@ def combination_name(combo: dict[str, str]) -> str:
   return '_'.join(f'{k}={v}' for k, v in combo.items())
 
 
+def combination_dir(combo: dict[str, str]) -> str:
+  """The run directory's name under the grid's: the combination's name, with '/'
+  written %2F (a value such as a path nested directories) and, past the 255
+  bytes a file name may have, cut and ended with a hash of the whole name."""
+  name = combination_name(combo).replace('%', '%25').replace('/', '%2F')
+  if len(name.encode()) > 255:
+    digest = hashlib.sha1(name.encode()).hexdigest()[:12]
+    name = name.encode()[:240].decode(errors='ignore') + '~' + digest
+  return name
+
+
 def score(rows, metric: str, last_rounds: int) -> float:
   if not rows:
     return float('nan')
@@ -125,7 +137,7 @@ def run_grid(runs, grid_dir: str, select_metric: str, select_last_rounds: int,
   returns one result row per run, in the order of `runs` (with its final model
   weights under 'model_weights')."""
   work = [dict(index=i, total=len(runs), combo=combo, values=dict(args.values),
-               given=args.given, out_dir=os.path.join(grid_dir, combination_name(combo)),
+               given=args.given, out_dir=os.path.join(grid_dir, combination_dir(combo)),
                select_metric=select_metric, select_last_rounds=select_last_rounds,
                # What reads the parsed flags is computed here: workers do not parse them.
                summary_flags=trainer_flags.flag_values(args),

@@ -144,3 +144,18 @@ def test_a_select_metric_the_runs_lack_is_said(tmp_path):
     assert all(0 <= float(r['score']) <= 1 for r in csv.DictReader(f))
   assert metrics == [(tmp_path / 'grid_digits' / f'seed={s}' / 'metrics.csv').read_text()
                      for s in (0, 1)]  # not trained again
+
+
+def test_a_value_with_a_slash_is_one_run_directory_not_nested_ones():
+  """A grid value holding '/' (a path) made <grid>/<key>=a/b, two directories,
+  and a value past 255 bytes could not be a directory at all."""
+  from experiments import grid
+  assert grid.combination_dir({'seed': '1', 'client_learning_rate': '0.1'}) == \
+      'seed=1_client_learning_rate=0.1'  # unchanged where nothing needs escaping
+  assert grid.combination_dir({'data_dir': '/a/b', 'seed': '1'}) == \
+      'data_dir=%2Fa%2Fb_seed=1'
+  assert grid.combination_dir({'x': '50%/2'}) == 'x=50%25%2F2'
+  long_a, long_b = ({'data_dir': '/d' * 200 + tail} for tail in ('a', 'b'))
+  names = [grid.combination_dir(c) for c in (long_a, long_b)]
+  assert all(len(n.encode()) <= 255 and '/' not in n for n in names)
+  assert names[0] != names[1] and names[0][:240] == names[1][:240]

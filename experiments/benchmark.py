@@ -470,10 +470,8 @@ def main(argv):
   # dropped in silence, after minutes of benchmarking. (No TensorFlow in the
   # registry: this answers at once.)
   from tff_algos import registry  # pylint: disable=g-import-not-at-top
-  unknown = [a for a in FLAGS.algorithms or () if a not in registry.ALGORITHMS]
-  if unknown:
-    return common.fail(f'--algorithms: unknown {", ".join(unknown)}; known: '
-                       f'{", ".join(sorted(registry.ALGORITHMS))}')
+  if registry.unknown(FLAGS.algorithms or (), '--algorithms'):
+    return common.fail(registry.unknown(FLAGS.algorithms, '--algorithms'))
   if FLAGS.models_only and not FLAGS.models:
     return common.fail('--models_only needs --models')
   common.quiet_logs()

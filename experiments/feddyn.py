@@ -193,10 +193,11 @@ def _parse_lists():
   flags, in milliseconds and before TensorFlow loads; a bad item raises a
   ValueError naming its flag."""
   algorithms = list(FLAGS.algorithms)
-  unknown = [a for a in algorithms if a not in registry.ALGORITHMS]
-  if unknown or not algorithms:
-    raise ValueError(f'--algorithms: unknown algorithms {unknown}; registered: '
+  if not algorithms:
+    raise ValueError(f'--algorithms is empty; give some of '
                      f'{", ".join(sorted(registry.ALGORITHMS))}')
+  if registry.unknown(algorithms, '--algorithms'):
+    raise ValueError(registry.unknown(algorithms, '--algorithms'))
   participations = number_list('participations', FLAGS.participations, bound='in (0, 1]',
                                example='1,0.1')
   targets = number_list('targets', FLAGS.targets, example='0.85,0.9')

@@ -167,10 +167,8 @@ def check_lists() -> None:
     if name not in PRESETS:
       raise ValueError(f'--tasks: unknown task preset {name!r}; choose from '
                        f'{", ".join(PRESETS)}')
-  for name in FLAGS.algorithms:
-    if name not in registry.ALGORITHMS:
-      raise ValueError(f'--algorithms: unknown algorithm {name!r}; choose from '
-                       f'{", ".join(sorted(registry.ALGORITHMS))}')
+  if registry.unknown(FLAGS.algorithms, '--algorithms'):
+    raise ValueError(registry.unknown(FLAGS.algorithms, '--algorithms'))
   for k in FLAGS.ks:
     if not k.isdigit() or int(k) < 1:
       raise ValueError(f'--ks must be positive integers, got {k!r}')

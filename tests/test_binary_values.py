@@ -63,7 +63,7 @@ BAD_VALUES = [
      ["error: --tasks: unknown task preset 'nosuch'", 'femnist']),
     # Known names listed; before: (c) filtered the registry by it, rc 0 after 82 s.
     ('benchmark', ['--quick', '--algorithms=fedavg,nosuch'], None,
-     ['error: --algorithms: unknown nosuch; known: ', 'fedprox', 'scaffold']),
+     ["error: --algorithms: unknown algorithm 'nosuch'; choose from ", 'fedprox', 'scaffold']),
 ]
 
 

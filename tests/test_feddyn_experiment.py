@@ -57,7 +57,7 @@ def test_models_per_round_divides_by_each_rounds_own_cohort():
 
 def test_bad_flags_fail_before_any_run(tmp_path):
   res = _run('--algorithms=fedavg,no_such_algorithm', f'--root_output_dir={tmp_path}')
-  assert res.returncode == 2 and 'unknown algorithms' in res.stderr
+  assert res.returncode == 2 and "unknown algorithm 'no_such_algorithm'" in res.stderr
   assert not os.listdir(tmp_path)
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import difflib
 import importlib
 from typing import TYPE_CHECKING
 
@@ -102,10 +103,23 @@ _SPECS = (
 ALGORITHMS: dict[str, AlgorithmSpec] = {spec.name: spec for spec in _SPECS}
 
 
+def unknown(names, flag: str = '') -> str:
+  """'' when every name is registered, else the one line that says which are
+  not (`flag`, e.g. '--algorithms', first), the closest registered names and
+  all of them: every binary that takes algorithm names says it this way."""
+  bad = [n for n in names if n not in ALGORITHMS]
+  if not bad:
+    return ''
+  close = [c for n in bad for c in difflib.get_close_matches(n, list(ALGORITHMS), n=1)]
+  hint = f' (did you mean {" or ".join(dict.fromkeys(close))}?)' if close else ''
+  return (f'{flag + ": " if flag else ""}unknown algorithm'
+          f'{"s" if len(bad) > 1 else ""} {", ".join(map(repr, bad))}{hint}; '
+          f'choose from {", ".join(sorted(ALGORITHMS))}')
+
+
 def get(name: str) -> AlgorithmSpec:
   if name not in ALGORITHMS:
-    raise ValueError(f'unknown algorithm {name!r}; choose one of '
-                     f'{", ".join(sorted(ALGORITHMS))}')
+    raise ValueError(unknown([name]))
   return ALGORITHMS[name]
 
 

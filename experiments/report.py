@@ -1,4 +1,10 @@
-"""Tables and figures from run outputs (metrics.csv, summary.json)."""
+"""Tables and figures from run outputs (metrics.csv, summary.json).
+
+    python -m experiments.report --run_dirs=runs/my_run[,runs/other]
+
+prints each run's table of evaluations and final evaluation again and redraws
+its curves.png, without TensorFlow (a stopped run's too).
+"""
 
 from __future__ import annotations
 
@@ -200,38 +206,47 @@ def print_run_results(out_dir: str, final_eval: Optional[dict]) -> None:
     print(f'metrics: {path}  figure: {figure}')
 
 
-USAGE = ('usage: python -m experiments.report RUN_DIR [RUN_DIR ...]: prints a run\'s '
-         'table of evaluations and final evaluation again and redraws its curves.png '
-         '(RUN_DIR: the directory experiments.train wrote, e.g. runs/<experiment_name>)')
 
 
-def main(argv: Sequence[str]) -> int:
-  """`python -m experiments.report RUN_DIR...`, without TensorFlow."""
-  dirs = list(argv[1:])
-  if dirs and dirs[0] in ('-h', '--help', '-help', '--helpfull'):
-    print(USAGE)
-    return 0
-  if not dirs or any(d.startswith('-') for d in dirs):
-    print(f'error: {USAGE}', file=sys.stderr)
-    return 2
-  for d in dirs:
+def print_runs(run_dirs: Sequence[str]) -> None:
+  """Each run's table of evaluations and final evaluation printed again and its
+  curves.png redrawn, without TensorFlow (a stopped run's too)."""
+  from tff_algos.errors import UserError  # pylint: disable=g-import-not-at-top
+  if not run_dirs:
+    raise UserError('--run_dirs is empty; give the directories experiments.train wrote, '
+                    'e.g. --run_dirs=runs/<experiment_name>')
+  for d in run_dirs:
     if not any(os.path.exists(os.path.join(d, f)) for f in ('metrics.csv', 'summary.json')):
-      print(f'error: {d} holds no metrics.csv or summary.json; give a run directory that '
-            'experiments.train wrote (its --root_output_dir/--experiment_name)',
-            file=sys.stderr)
-      return 2
-  for i, d in enumerate(dirs):
-    if len(dirs) > 1:
+      raise UserError(f'--run_dirs: {d} holds no metrics.csv or summary.json; give a run '
+                      'directory that experiments.train wrote (its '
+                      '--root_output_dir/--experiment_name)')
+  for i, d in enumerate(run_dirs):
+    if len(run_dirs) > 1:
       print(f'{"" if i == 0 else chr(10)}== {d}')
     summary_path = os.path.join(d, 'summary.json')
     final_eval = None
     if os.path.exists(summary_path):
-      import json
+      import json  # pylint: disable=g-import-not-at-top
       with open(summary_path) as f:
         final_eval = json.load(f).get('final_eval') or {}
     print_run_results(d, final_eval)
+
+
+def define_flags() -> None:
+  """The binary's flags: defined when it runs, not when the other binaries import it."""
+  from absl import flags  # pylint: disable=g-import-not-at-top
+  flags.DEFINE_list('run_dirs', [], 'Run directories written by experiments.train '
+                    '(<root_output_dir>/<experiment_name>), comma-separated.')
+
+
+def main(argv) -> int:
+  del argv
+  from absl import flags  # pylint: disable=g-import-not-at-top
+  print_runs(flags.FLAGS.run_dirs)
   return 0
 
 
 if __name__ == '__main__':
-  sys.exit(main(sys.argv))
+  from experiments import common  # pylint: disable=g-import-not-at-top
+  define_flags()
+  common.run(main)

@@ -11,6 +11,11 @@ plot and report them: "max accuracy" is the maximum of the seed-averaged
 curve. Its spread is that of the per-seed values at the round where the
 averaged curve peaks, whose mean is exactly the reported maximum
 (`peak_of_mean_curve`).
+
+    python -m experiments.seed_stats --values=0.81,0.83,0.80 --published=0.82
+
+prints n, mean, std, the 95 % interval and whether the published value lies
+inside it.
 """
 
 from __future__ import annotations
@@ -82,36 +87,10 @@ def contains(stats: Optional[dict], value: float) -> Optional[bool]:
   return lo <= value <= hi
 
 
-USAGE = ('usage: python -m experiments.seed_stats VALUE VALUE ... [--published=X]: the '
-         'mean, standard deviation and 95 % interval of per-seed values, and whether a '
-         'published value X lies inside it')
 
-
-def main(argv: Sequence[str]) -> int:
-  """`python -m experiments.seed_stats 0.81 0.83 0.80 --published=0.82`."""
-  import sys
-  args = list(argv[1:])
-  if args and args[0] in ('-h', '--help', '-help', '--helpfull'):
-    print(USAGE)
-    return 0
-  published, values = None, []
-  for a in args:
-    text = a.split('=', 1)[1] if a.startswith('--published=') else a
-    if a.startswith('--') and not a.startswith('--published='):
-      print(f'error: unknown flag {a}; {USAGE}', file=sys.stderr)
-      return 2
-    try:
-      value = float(text)
-    except ValueError:
-      print(f'error: {text!r} is not a number; {USAGE}', file=sys.stderr)
-      return 2
-    if a.startswith('--published='):
-      published = value
-    else:
-      values.append(value)
-  if not values:
-    print(f'error: no values; {USAGE}', file=sys.stderr)
-    return 2
+def describe(values: Sequence[float], published: Optional[float] = None) -> str:
+  """One line: n, mean, std, the 95 % interval and, given `published`,
+  whether it lies inside."""
   s = summarize(values)
   line = f"n={s['n']} mean={s['mean']:.6g}"
   if s['std'] is None:
@@ -120,13 +99,33 @@ def main(argv: Sequence[str]) -> int:
     line += f" std={s['std']:.6g} ci95=[{s['ci95'][0]:.6g}, {s['ci95'][1]:.6g}]"
   if published is not None:
     inside = contains(s, published)
-    line += (f' published={published:.6g} '
-             + ('inside: unknown (one value)' if inside is None
-                else f'inside={"yes" if inside else "no"}'))
-  print(line)
+    line += f' published={published:.6g} ' + (
+        'inside=unknown (one value)' if inside is None else f'inside={"yes" if inside else "no"}')
+  return line
+
+
+
+def define_flags() -> None:
+  """The binary's flags: defined when it runs, not when the other binaries import it."""
+  from absl import flags  # pylint: disable=g-import-not-at-top
+  flags.DEFINE_list('values', [], 'Per-seed values, comma-separated, e.g. 0.81,0.83,0.80.')
+  flags.DEFINE_float('published', None, 'A published value: is it inside the 95 % interval?')
+
+
+def main(argv) -> int:
+  del argv
+  from absl import flags  # pylint: disable=g-import-not-at-top
+  from experiments import common  # pylint: disable=g-import-not-at-top
+  from experiments.configs import number_list  # pylint: disable=g-import-not-at-top
+  values = number_list('values', flags.FLAGS.values, example='0.81,0.83,0.80')
+  published = flags.FLAGS.published
+  if published is not None and not math.isfinite(published):
+    return common.fail(f'--published must be a finite number, got {published}')
+  print(describe(values, published))
   return 0
 
 
 if __name__ == '__main__':
-  import sys
-  sys.exit(main(sys.argv))
+  from experiments import common  # pylint: disable=g-import-not-at-top
+  define_flags()
+  common.run(main)

@@ -486,47 +486,43 @@ def _run_dir(path, rows, final_eval=None):
 
 
 def test_report_as_a_binary_prints_a_runs_table_again_without_tensorflow(tmp_path):
-  """`python -m experiments.report RUN_DIR` did nothing and exited 0."""
+  """`python -m experiments.report` did nothing and exited 0."""
   rows = [{'round': r, 'client_work/train/loss': 1.0 / r, 'client_work/client_steps': 5.0,
            'upload_bytes': 2e6, 'round_time_s': 0.5, 'eval/accuracy': 0.25 * r}
           for r in (1, 2)]
   done = _run_dir(tmp_path / 'done', rows, {'accuracy': 0.5, 'num_examples': 100.0})
   stopped = _run_dir(tmp_path / 'stopped', rows[:1])
-  code = ('import sys; from experiments import report; rc = report.main(sys.argv); '
-          'assert "tensorflow" not in sys.modules; sys.exit(rc)')
-  result = subprocess.run([sys.executable, '-c', code, done, stopped], capture_output=True,
-                          text=True, timeout=120)
+  # The binary as `python -m` runs it, saying at exit whether TensorFlow loaded.
+  code = ('import atexit, runpy, sys; sys.argv[0] = "report"; atexit.register(lambda: '
+          'print("TF" if "tensorflow" in sys.modules else "noTF")); '
+          'runpy.run_module("experiments.report", run_name="__main__")')
+  result = subprocess.run([sys.executable, '-c', code, f'--run_dirs={done},{stopped}'],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT,
+                          env=dict(os.environ, PYTHONPATH=ROOT))
   assert result.returncode == 0, result.stderr
   out = result.stdout
+  assert out.rstrip().endswith('noTF')
   assert f'== {done}' in out and f'== {stopped}' in out
   assert 'final eval: accuracy=0.5000' in out and 'num_examples' not in out.split('== ')[1]
   assert 'none yet (no summary.json: the run has not finished' in out
   assert (tmp_path / 'done' / 'curves.png').exists()
-  for argv, message in (([], 'usage: python -m experiments.report RUN_DIR'),
-                        ([str(tmp_path)], 'holds no metrics.csv or summary.json'),
-                        (['--bad'], 'usage:')):
-    result = subprocess.run([sys.executable, '-m', 'experiments.report', *argv],
-                            capture_output=True, text=True, timeout=120)
-    assert result.returncode == 2 and result.stdout == ''
-    assert result.stderr.startswith('error: ') and message in result.stderr
-    assert len(result.stderr.strip().splitlines()) == 1
+  for argv, message in (([], '--run_dirs is empty'),
+                        ([f'--run_dirs={tmp_path}'], 'holds no metrics.csv or summary.json')):
+    result = run(['experiments.report', *argv], timeout=120)
+    assert_one_error_line(result, message)
 
 
 def test_seed_stats_as_a_binary_says_whether_a_published_value_lies_in_the_interval():
   """`python -m experiments.seed_stats` did nothing and exited 0."""
-  def run(*argv):
-    return subprocess.run([sys.executable, '-m', 'experiments.seed_stats', *argv],
-                          capture_output=True, text=True, timeout=120)
-  result = run('1', '2', '3', '--published=2.5')
+  def stats(*argv):
+    return run(['experiments.seed_stats', *argv], timeout=120)
+  result = stats('--values=1,2,3', '--published=2.5')
   assert result.returncode == 0, result.stderr
   half = 4.302653 / math.sqrt(3)  # t_{0.975, 2} s / sqrt(n), s = 1
   assert result.stdout.strip() == (f'n=3 mean=2 std=1 ci95=[{2 - half:.6g}, {2 + half:.6g}] '
                                    'published=2.5 inside=yes')
-  assert run('1', '2', '3', '--published=9').stdout.strip().endswith('inside=no')
-  assert 'one value: no spread' in run('0.5').stdout
-  for argv, message in (((), 'no values'), (('1', 'x'), "'x' is not a number"),
-                        (('1', '--publish=2'), 'unknown flag --publish=2')):
-    result = run(*argv)
-    assert result.returncode == 2 and result.stdout == ''
-    assert result.stderr.startswith('error: ' + message)
-    assert len(result.stderr.strip().splitlines()) == 1
+  assert stats('--values=1,2,3', '--published=9').stdout.strip().endswith('inside=no')
+  assert 'one value: no spread' in stats('--values=0.5').stdout
+  for argv, message in (((), '--values is empty'), (('--values=1,x',), "'x' is not a number"),
+                        (('--values=1', '--published=nan'), '--published must be a finite')):
+    assert_one_error_line(stats(*argv), message)

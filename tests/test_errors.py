@@ -19,7 +19,7 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BINARIES = sorted(os.path.basename(p)[:-3] for p in glob.glob(os.path.join(ROOT, 'experiments', '*.py'))
-                  if '__main__' in open(p).read())
+                  if '__main__' in open(p).read() and not os.path.basename(p).startswith('_'))
 SMALL = ['--task=digits', '--model=logistic', '--clients_per_round=3', '--local_steps=2',
          '--client_batch_size=16', '--rounds_per_eval=0', '--noprogress']
 
@@ -48,6 +48,15 @@ def assert_one_error_line(res, *fragments):
 
 def test_the_binaries_are_found():
   assert {'train', 'reproduce', 'feddyn', 'fedgbo', 'grid', 'nastya'} <= set(BINARIES)
+
+
+def test_the_package_lists_its_binaries():
+  """`python -m experiments` said only that a package cannot be executed."""
+  res = run(['experiments'], timeout=120)
+  assert res.returncode == 0 and res.stderr == '', res.stderr
+  listed = [line.split()[0] for line in res.stdout.splitlines()[1:-1]]
+  assert listed == BINARIES
+  assert '  train ' in res.stdout and 'Federated training of one (task, algorithm) pair' in res.stdout
 
 
 @pytest.mark.parametrize('binary', BINARIES)

@@ -309,6 +309,7 @@ def validate(grid: bool = False, args: Optional[TrainerArgs] = None,
     _flag_hparams(a).client_optimizer_spec(check_unused=False)
     _flag_hparams(a).server_optimizer_spec(check_unused=False)
     hp = hparams(grid, a)
+    hp.check_ranges()
     registry.check_flags(a.algorithm, hp)  # no TensorFlow up to here
     for warning in set(flag_rules.warnings(a.algorithm, hp)) - _WARNED:
       _WARNED.add(warning)  # once a process: a grid validates each run twice

@@ -229,7 +229,7 @@ def _hp(**kwargs):
     (dict(client_optimizer='yogi'), 'statistics'),
     (dict(local_steps=None), 'local_steps'),
     (dict(server_optimizer='adam'), 'server'),
-    (dict(client_momentum=1.0), 'beta'),
+    (dict(client_momentum=1.0), r'--client_momentum must be in \[0, 1\)'),
     (dict(client_learning_rate=0.0), 'eta > 0'),
     (dict(client_optimizer='adam', client_epsilon=0.0), 'epsilon'),
     (dict(client_optimizer='adam', client_momentum=0.9), 'client_momentum'),

@@ -8,7 +8,9 @@ algorithm needs a new knob. This module imports no TensorFlow.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import math
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 from tff_algos.core import optimizers
@@ -113,19 +115,39 @@ class HParams:
 
   def client_optimizer_spec(self, check_unused: bool = True) -> optimizers.OptimizerSpec:
     """The client optimiser; `check_unused`: refuse a hyperparameter it lacks."""
-    spec = optimizers.OptimizerSpec(
-        self.client_optimizer, self.client_learning_rate, momentum=self.client_momentum,
-        beta_1=self.client_beta_1, beta_2=self.client_beta_2, epsilon=self.client_epsilon)
+    with _flag_named('client'):
+      spec = optimizers.OptimizerSpec(
+          self.client_optimizer, self.client_learning_rate, momentum=self.client_momentum,
+          beta_1=self.client_beta_1, beta_2=self.client_beta_2, epsilon=self.client_epsilon)
     return _used('client', spec) if check_unused else spec
 
   def server_optimizer_spec(self, check_unused: bool = True) -> optimizers.OptimizerSpec:
     """The server optimiser; `check_unused`: refuse a hyperparameter it lacks."""
-    spec = optimizers.OptimizerSpec(
-        self.server_optimizer, self.server_learning_rate,
-        momentum=self.server_momentum, beta_1=self.server_beta_1,
-        beta_2=self.server_beta_2, epsilon=self.server_epsilon,
-        initial_accumulator=self.server_initial_accumulator)
+    with _flag_named('server'):
+      spec = optimizers.OptimizerSpec(
+          self.server_optimizer, self.server_learning_rate,
+          momentum=self.server_momentum, beta_1=self.server_beta_1,
+          beta_2=self.server_beta_2, epsilon=self.server_epsilon,
+          initial_accumulator=self.server_initial_accumulator)
     return _used('server', spec) if check_unused else spec
+
+  def check_ranges(self) -> None:
+    """Refuses (ValueError naming the flag) a schedule or LocalUpdateDecay
+    setting out of range, before TensorFlow: the schedules refused them later,
+    as 'decay must be in (0, 1]' without saying which."""
+    for name in ('client_learning_rate', 'server_learning_rate'):
+      if not 0 <= getattr(self, name) < math.inf:
+        raise ValueError(f'--{name} must be a finite number >= 0, got {getattr(self, name)}')
+    for name in ('local_steps_decay', 'client_lr_decay', 'server_lr_decay',
+                 'client_lr_decay_factor', 'server_lr_decay_factor'):
+      value = getattr(self, name)
+      if not 0 < value <= 1:
+        raise ValueError(f'--{name} must be in (0, 1] (1: no decay), got {value}')
+    for name, low in (('decay_window', 1), ('decay_patience', 0), ('decay_cooldown', 0)):
+      if getattr(self, name) < low:
+        raise ValueError(f'--{name} must be >= {low}, got {getattr(self, name)}')
+    if not self.decay_min_delta >= 0:
+      raise ValueError(f'--decay_min_delta must be >= 0, got {self.decay_min_delta}')
 
   def without_unused_optimizer_hparams(self) -> 'HParams':
     """These hyperparameters with the --client_/--server_ ones that their
@@ -136,6 +158,18 @@ class HParams:
       spec = getattr(self, f'{side}_optimizer_spec')(check_unused=False)
       unset.update({f'{side}_{field}': None for field in spec.unused()})
     return dataclasses.replace(self, **unset) if unset else self
+
+
+@contextlib.contextmanager
+def _flag_named(side: str):
+  """A hyperparameter out of range, said as its flag: '--server_beta_1 must be
+  in [0, 1) (adam), got 1.5' (TFF's builder raised it with a traceback after
+  TensorFlow loaded)."""
+  try:
+    yield
+  except optimizers.HyperparameterError as e:
+    of = '' if e.field == 'learning_rate' else f' with --{side}_optimizer={e.optimizer}'
+    raise ValueError(f'--{side}_{e.field} must be {e.rule}{of}, got {e.value}') from None
 
 
 def _used(side: str, spec: optimizers.OptimizerSpec) -> optimizers.OptimizerSpec:

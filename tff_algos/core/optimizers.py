@@ -15,6 +15,7 @@ it is 'adagrad_tff'. The one optimiser written here is `keras_adagrad.KerasAdagr
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import TYPE_CHECKING, Optional
 
 if TYPE_CHECKING:  # imported where used: flag validation must not load TensorFlow
@@ -31,6 +32,28 @@ _DEFAULTS = {
     'adagrad_tff': dict(epsilon=1e-7, initial_accumulator=0.0),
     'rmsprop': dict(beta_2=0.9, epsilon=1e-7),
 }
+
+
+# What each hyperparameter may be: TFF's builders refuse some values only when
+# the computation is built (a traceback after TensorFlow loads) and take others
+# that make no optimiser: a beta of 1 divides Adam's bias correction by zero.
+_RANGES = {
+    'learning_rate': (lambda v: v >= 0, '>= 0'),  # inf: the tests' diverging client
+    'momentum': (lambda v: 0 <= v < 1, 'in [0, 1)'),
+    'beta_1': (lambda v: 0 <= v < 1, 'in [0, 1)'),
+    'beta_2': (lambda v: 0 <= v < 1, 'in [0, 1)'),
+    'epsilon': (lambda v: 0 <= v < math.inf, 'a finite number >= 0'),
+    'initial_accumulator': (lambda v: 0 <= v < math.inf, 'a finite number >= 0'),
+}
+
+
+class HyperparameterError(ValueError):
+  """A hyperparameter out of its range (`HParams` says it as its --client_/--server_ flag)."""
+
+  def __init__(self, optimizer: str, field: str, rule: str, value: float):
+    what = 'learning rate' if field == 'learning_rate' else f'{optimizer} {field}'
+    super().__init__(f'{what} must be {rule}, got {value}')
+    self.optimizer, self.field, self.rule, self.value = optimizer, field, rule, value
 
 
 def hyperparameters(name: str) -> tuple[str, ...]:
@@ -51,8 +74,10 @@ class OptimizerSpec:
   def __post_init__(self):
     if self.name not in NAMES:
       raise ValueError(f'unknown optimizer {self.name!r}; choose one of {NAMES}')
-    if not self.learning_rate >= 0:
-      raise ValueError(f'learning rate must be >= 0, got {self.learning_rate}')
+    for field, (ok, rule) in _RANGES.items():
+      value = getattr(self, field)
+      if value is not None and not ok(value):  # nan fails every rule
+        raise HyperparameterError(self.name, field, rule, value)
 
   def unused(self) -> list[str]:
     """The hyperparameters set here that this optimiser does not have (e.g.

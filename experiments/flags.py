@@ -18,7 +18,7 @@ import os
 import re
 import sys
 import types
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, Optional, Sequence
 
 from absl import flags
 
@@ -275,6 +275,26 @@ def synthetic_unread(task: str) -> str:
           f"TFF's datasets have one: {', '.join(readers)}); drop the flag")
 
 
+def split_unread(task: str, unread: Sequence[str]) -> str:
+  """The refusal of split flags that the task's split does not read."""
+  from tasks import catalog  # pylint: disable=g-import-not-at-top
+  spec = next(t for t in catalog.TASKS if t.name == task)
+  reads = (f'its split reads only {", ".join("--" + o for o in sorted(spec.splits))}'
+           if spec.splits else 'its clients are fixed by the data or the task')
+  them = 'it' if len(unread) == 1 else 'them'
+  return (f'{", ".join("--" + o for o in unread)}: task {task!r} does not use {them} '
+          f'({reads}; {spec.description}); leave {them} unset')
+
+
+def tokens_unread(task: str) -> str:
+  """The refusal of --token_weighting for a task without padded token sequences."""
+  from tasks import catalog  # pylint: disable=g-import-not-at-top
+  readers = [t.name for t in catalog.TASKS if t.tokens]
+  return (f'--token_weighting: task {task!r} has no padded token sequences to count (a '
+          f'client would be weighted by its targets that are not 0); the tasks that have '
+          f'them: {", ".join(readers)}')
+
+
 def validate(grid: bool = False, args: Optional[TrainerArgs] = None,
              check_cohort: bool = True, writable_root: bool = False,
              check_config: bool = True):
@@ -322,6 +342,11 @@ def validate(grid: bool = False, args: Optional[TrainerArgs] = None,
       raise ValueError(cohort_too_large(a.clients_per_round, known, a.task))
     if check_cohort and a.use_synthetic_data and not spec.synthetic:  # it was ignored
       raise ValueError(synthetic_unread(a.task))
+    unread = spec.unread_splits(a.given, a.values)
+    if unread:  # ignored too: digits split by label skew under --partition=iid
+      raise ValueError(split_unread(a.task, unread))
+    if hp.token_weighting and not spec.tokens:
+      raise ValueError(tokens_unread(a.task))
     config = run_config(None, a)
     runtime_flags.check()
     from experiments import common  # pylint: disable=g-import-not-at-top

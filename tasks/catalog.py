@@ -22,6 +22,12 @@ FEDDYN_SPLITS = ('iid', 'dirichlet')
 PAPER003_SPLITS = FEDDYN_SPLITS + ('stratified',)
 SHAKESPEARE_003_SPLITS = ('natural', 'iid')
 SYNTHETIC_HETEROGENEITY = ('homogeneous', 'type1', 'type2', 'type3')
+# How a task split here divides its data; each task lists those it reads
+# (`TaskSpec.splits`): one it does not read was dropped without a word (digits
+# always splits by Dirichlet label skew, whatever --partition says).
+SPLIT_OPTIONS = ('partition', 'dirichlet_alpha', 'unbalanced_sigma')
+_SPLIT = frozenset({'partition', 'dirichlet_alpha'})
+_ALPHA = frozenset({'dirichlet_alpha'})
 # The training clients of a task split here when --num_clients is not given:
 # its builder reads the number from here, and `TaskSpec.num_clients` answers a
 # request (e.g. --clients_per_round) with it before the data or TensorFlow load.
@@ -39,6 +45,15 @@ class TaskSpec:
   check: Optional[Callable[[TaskOptions], None]] = None  # cheap option checks
   default_clients: Optional[int] = None  # tasks split here: clients without --num_clients
   synthetic: bool = False  # reads TFF's synthetic stand-in with --use_synthetic_data
+  splits: frozenset[str] = frozenset()  # the SPLIT_OPTIONS its builder reads
+  tokens: bool = False  # targets are padded token sequences (--token_weighting counts them)
+
+  def unread_splits(self, given, values) -> list[str]:
+    """The split options among `given` (names; `values` by name) that this
+    task's split ignores. --unbalanced_sigma=0 (equal sizes, as the task has
+    them; binaries set it for every task of a grid) is not one."""
+    return [o for o in SPLIT_OPTIONS if o in given and o not in self.splits
+            and not (o == 'unbalanced_sigma' and values[o] == 0)]
 
   def num_clients(self, options: TaskOptions) -> Optional[int]:
     """The training clients `options` give, where known without the data (tasks
@@ -90,13 +105,14 @@ def check_shakespeare_003_split(options: TaskOptions) -> None:
 def _paper003(name: str, function: str, models: tuple[str, ...],
               description: str) -> TaskSpec:
   return TaskSpec(name, f'tasks.feddyn_data:{function}', models, description,
-                  check_paper003_split, DEFAULT_CLIENTS['paper003'])
+                  check_paper003_split, DEFAULT_CLIENTS['paper003'],
+                  splits=frozenset(SPLIT_OPTIONS))
 
 
 TASKS = (
     TaskSpec('digits', 'tasks.embedded:build', ('mlp', 'logistic'),
              'scikit-learn digits, Dirichlet label skew (offline default)',
-             default_clients=DEFAULT_CLIENTS['digits']),
+             default_clients=DEFAULT_CLIENTS['digits'], splits=_ALPHA),
     TaskSpec('quadratic', 'tasks.quadratic:build', ('scalar',),
              'paper 000 §3 toy: f(x; z) = z x^2/2 - x, z ~ z^-1/2 on [1,3]',
              default_clients=DEFAULT_CLIENTS['quadratic']),
@@ -106,7 +122,7 @@ TASKS = (
              "TFF's cnn_dropout/cnn/2nn or the papers' femnist_cnn", synthetic=True),
     TaskSpec('shakespeare_character', 'tasks.shakespeare:build', ('lstm', 'gru', 'gru128'),
              'Shakespeare next-character prediction (715 roles; TFF shakespeare.sqlite):'
-             " TFF's LSTM or the papers' GRUs (256 / 128 units)", synthetic=True),
+             " TFF's LSTM or the papers' GRUs (256 / 128 units)", synthetic=True, tokens=True),
     TaskSpec('stackoverflow_tag', 'tasks.stackoverflow:build_tag',
              ('logreg', 'logreg_mean', 'logreg_code'),
              'StackOverflow tag prediction (342,477 users; TFF stackoverflow.sqlite): '
@@ -115,7 +131,8 @@ TASKS = (
              "logreg_code: Reddi et al.'s bag of words (a mean over all words)", synthetic=True),
     TaskSpec('stackoverflow_word', 'tasks.stackoverflow:build_word', ('lstm',),
              'StackOverflow next-word prediction (342,477 users; TFF '
-             "stackoverflow.sqlite): TFF's LSTM, 10k vocabulary, sequences of 20", synthetic=True),
+             "stackoverflow.sqlite): TFF's LSTM, 10k vocabulary, sequences of 20", synthetic=True,
+             tokens=True),
     TaskSpec('cifar100_image', 'tasks.cifar100:build',
              ('resnet18', 'resnet18_gn2', 'cnn004', 'cnn004_code'),
              'Federated CIFAR-100 (500 clients, Pachinko allocation; TFF '
@@ -126,11 +143,11 @@ TASKS = (
     TaskSpec('logistic', 'tasks.libsvm:build', ('logreg',),
              'l2-regularised logistic regression on a LIBSVM file '
              '(--libsvm_path) or, offline, sklearn breast cancer (paper 001)', check_split,
-             DEFAULT_CLIENTS['logistic']),
+             DEFAULT_CLIENTS['logistic'], splits=_SPLIT),
     TaskSpec('cifar10_lenet', 'tasks.cifar10:build', ('lenet5',),
              'LeNet-5 on CIFAR-10 from a prepared tensorflow-datasets '
              'cifar10 (paper 001; use --client_batch_size=1024)', check_split,
-             DEFAULT_CLIENTS['cifar10_lenet']),
+             DEFAULT_CLIENTS['cifar10_lenet'], splits=_SPLIT),
     _paper003('feddyn_digits', 'build_digits', ('mlp_200_100', 'logistic'),
               'scikit-learn digits split as paper 003 (iid|dirichlet, '
               '--unbalanced_sigma), 100 clients (offline)'),
@@ -151,12 +168,14 @@ TASKS = (
     TaskSpec('shakespeare_003', 'tasks.feddyn_data:build_shakespeare', ('lstm100',),
              "paper 003's Shakespeare: 100 devices x 2,000 samples (80 characters "
              "-> the next), --partition=natural (roles) | iid; 2 x LSTM 100",
-             check_shakespeare_003_split, DEFAULT_CLIENTS['shakespeare_003'], synthetic=True),
+             check_shakespeare_003_split, DEFAULT_CLIENTS['shakespeare_003'], synthetic=True,
+             splits=frozenset({'partition'})),
     TaskSpec('emnist_autoencoder', 'tasks.emnist_autoencoder:build', ('tff_ae',),
              "Federated EMNIST-62 autoencoder (3,400 writers; TFF emnist_all.sqlite): TFF's "
              'bottleneck autoencoder, MSE (Reddi et al.)', synthetic=True),
     TaskSpec('cifar10_image', 'tasks.cifar10_image:build', ('resnet18', 'resnet18_gn2'),
              'CIFAR-10 over 500 clients of 100 images by LDA label skew (Reddi et al.; '
              "prepared tensorflow-datasets cifar10 in --cache_dir): TFF's GroupNorm ResNet-18, "
-             '24x24 random crops and flips', default_clients=DEFAULT_CLIENTS['cifar10_image']),
+             '24x24 random crops and flips', default_clients=DEFAULT_CLIENTS['cifar10_image'],
+             splits=_ALPHA),
 )

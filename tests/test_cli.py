@@ -66,6 +66,9 @@ BAD_FLAGS = [
     ('--algorithm=local_update_decay --client_lr_decay_factor=0',
      '--client_lr_decay_factor must be in (0, 1]'),
     ('--algorithm=local_update_decay --decay_window=0', '--decay_window must be >= 1'),
+    # Their means are equal-weighted already: the flag changed nothing, silently.
+    ('--algorithm=feddyn --uniform_weighting', 'feddyn does not use --uniform_weighting'),
+    ('--algorithm=scaffold --uniform_weighting', 'scaffold does not use --uniform_weighting'),
     ('--algorithm=local_update_decay --decay_min_delta=-1', '--decay_min_delta must be >= 0'),
 ]
 

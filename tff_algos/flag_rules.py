@@ -143,6 +143,9 @@ def mime(name: str):
 
 def feddyn(hp: HParams) -> None:
   keep_defaults('feddyn', hp, CLIENT_SGD, 'feddyn clients run plain SGD')
+  keep_defaults('feddyn', hp, ('uniform_weighting',),
+                'its server rule averages the active clients with equal weights, '
+                'theta = mean theta_k - h/alpha, as paper 003')
   keep_defaults('feddyn', hp, ('server_optimizer', 'server_learning_rate', 'server_lr_decay'),
                 'feddyn has its own server rule, theta = mean theta_k - h/alpha')
   client_schedule(hp)
@@ -150,6 +153,9 @@ def feddyn(hp: HParams) -> None:
 
 def scaffold(hp: HParams) -> None:
   keep_defaults('scaffold', hp, CLIENT_SGD, 'scaffold clients run plain SGD')
+  keep_defaults('scaffold', hp, ('uniform_weighting',),
+                'its server step averages the sampled clients with equal weights, '
+                'x += eta_g mean dy, as Karimireddy et al. and paper 003')
   keep_defaults('scaffold', hp, ('server_optimizer', 'server_momentum', 'server_lr_decay'),
                 'scaffold takes a plain global step eta_g = --server_learning_rate')
   client_schedule(hp)

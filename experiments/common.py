@@ -116,6 +116,10 @@ _HELP_FLAGS = frozenset({'help', '?', 'helpshort', 'helpfull', 'helpxml'})
 # The flags that name where a binary writes (`--root_output_dir` of the trainer
 # and local_update_decay, `--output_dir` of quadratic_toy, nastya, table6).
 OUTPUT_DIR_FLAGS = ('root_output_dir', 'output_dir')
+# Flags naming a file or directory: a leading ~ is the home directory. The shell
+# leaves it as it is after '=' (--root_output_dir=~/runs), and the run was
+# written into a directory named '~' under the current one.
+PATH_FLAGS = OUTPUT_DIR_FLAGS + ('cache_dir', 'libsvm_path', 'sent140_dir', 'store_dir')
 
 
 def _asks_for_help(argv) -> bool:
@@ -151,6 +155,10 @@ def _parse_flags(argv):
     sys.exit(fail(f'unexpected argument{"s" if len(rest) > 2 else ""} {extra}: this '
                   'binary takes no positional arguments; flags are written --name=value '
                   '(see --help)'))
+  for name in PATH_FLAGS:
+    value = flags.FLAGS[name].value if name in flags.FLAGS else None
+    if isinstance(value, str) and value.startswith('~'):
+      flags.FLAGS[name].value = os.path.expanduser(value)
   for name in OUTPUT_DIR_FLAGS:
     if name in flags.FLAGS and isinstance(flags.FLAGS[name].value, str) \
         and not flags.FLAGS[name].value.strip():

@@ -196,3 +196,20 @@ def test_the_tasks_with_a_synthetic_stand_in_are_those_on_tffs_datasets():
       module = spec.builder_path.split(':')[0]
       assert 'tff_data' in open(os.path.join(ROOT, *module.split('.')) + '.py').read(), spec
   assert 'no synthetic stand-in' in trainer_flags.synthetic_unread('digits')
+
+
+def test_a_leading_tilde_in_a_path_flag_is_the_home_directory(tmp_path):
+  """The shell leaves ~ as it is after '=': --root_output_dir=~/runs wrote the
+  run into a directory named '~' under the current one."""
+  home, cwd = tmp_path / 'home', tmp_path / 'cwd'
+  home.mkdir()
+  cwd.mkdir()
+  res = subprocess.run(
+      [sys.executable, '-m', 'experiments.train', '--root_output_dir=~/runs',
+       '--experiment_name=t', '--total_rounds=1', '--clients_per_round=3',
+       '--rounds_per_eval=0', '--noprogress'],
+      cwd=cwd, capture_output=True, text=True, timeout=300,
+      env=dict(os.environ, PYTHONPATH=ROOT, HOME=str(home)))
+  assert res.returncode == 0, res.stderr[-3000:]
+  assert (home / 'runs' / 't' / 'metrics.csv').exists()
+  assert os.listdir(cwd) == []

@@ -42,7 +42,8 @@ flags.DEFINE_string('grid', '', "Grid, e.g. 'client_learning_rate=1,0.1;local_st
 flags.DEFINE_string('grid_name', None, 'Directory name of the grid (default: the task).')
 flags.DEFINE_string('select_metric', 'eval/sparse_categorical_accuracy',
                     'metrics.csv column to score runs by (higher is better).')
-flags.DEFINE_integer('select_last_rounds', 500, 'Score = mean over evals in this many final rounds.')
+flags.DEFINE_integer('select_last_rounds', 500, 'Score = mean over evals in this many final rounds.',
+                     lower_bound=1)
 flags.DEFINE_list('group_by', [], 'Report the best run for each value of these grid flags.')
 flags.DEFINE_integer('jobs', 1, 'Runs trained at once, each in its own worker process (spawned, '
                      'with this backend); 1: one after the other in this process. The '

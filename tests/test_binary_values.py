@@ -26,6 +26,9 @@ def run_main(binary: str, args: list[str]):
 # (binary, flags, output directory flag, fragments of the error line). Each
 # names the flag; the first fragment is where the line starts.
 BAD_VALUES = [
+    # Every score was nan, with no word.
+    ('grid', ['--grid=seed=0,1', '--select_last_rounds=0'], 'root_output_dir',
+     ['error: flag --select_last_rounds=0: 0 is not a positive integer']),
     ('nastya', ['--eta_multipliers=1,x'], 'output_dir',
      ["error: --eta_multipliers: 'x' is not a number",
       'a comma-separated list of numbers > 0, e.g.']),

@@ -47,7 +47,7 @@ def lda_split(labels: np.ndarray, num_clients: int, alpha: float, seed: int
   Reddi et al.'s size), label proportions Dir(alpha) per client."""
   size = min(EXAMPLES_PER_CLIENT, len(labels) // num_clients)
   if size < 1:
-    raise base.TaskError(f'{num_clients} clients for only {len(labels)} examples')
+    raise base.TaskError(f'{num_clients} clients for only {len(labels)} examples; lower --num_clients')
   try:
     return partition.dirichlet_prior_split(labels, np.full(num_clients, size), alpha, seed)
   except ValueError as e:

@@ -29,7 +29,8 @@ from tasks import catalog
 
 def iid_split(num_examples: int, num_clients: int, seed: int) -> list[np.ndarray]:
   if num_clients > num_examples:
-    raise ValueError(f'{num_clients} clients for only {num_examples} examples')
+    raise base.TaskError(f'{num_clients} clients for only {num_examples} examples; lower '
+                         '--num_clients')
   order = np.random.default_rng(seed).permutation(num_examples)
   return [np.sort(part) for part in np.array_split(order, num_clients)]
 
@@ -48,8 +49,8 @@ def dirichlet_label_split(labels: np.ndarray, num_clients: int, alpha: float,
   _check_alpha(alpha)
   labels = np.asarray(labels)
   if num_clients * min_size > len(labels):
-    raise ValueError(f'{num_clients} clients x {min_size} examples exceeds '
-                     f'{len(labels)} examples')
+    raise base.TaskError(f'{num_clients} clients x {min_size} examples exceeds '
+                         f'{len(labels)} examples; lower --num_clients')
   rng = np.random.default_rng(seed)
   for _ in range(max_tries):
     shards = [[] for _ in range(num_clients)]
@@ -61,8 +62,9 @@ def dirichlet_label_split(labels: np.ndarray, num_clients: int, alpha: float,
         shard.extend(part.tolist())
     if min(len(s) for s in shards) >= min_size:
       return [np.sort(np.asarray(s, dtype=np.int64)) for s in shards]
-  raise RuntimeError(f'no Dirichlet({alpha}) split gave every one of '
-                     f'{num_clients} clients >= {min_size} examples')
+  raise base.TaskError(f'no Dirichlet({alpha}) split gave every one of {num_clients} '
+                       f'clients >= {min_size} examples in {max_tries} draws; lower '
+                       '--num_clients or raise --dirichlet_alpha')
 
 
 class ArrayClientData(tff.simulation.datasets.ClientData):
@@ -174,7 +176,8 @@ def sorted_label_split(labels: np.ndarray, num_clients: int) -> list[np.ndarray]
   examples ordered by label (stably) and cut into N near-equal shards."""
   labels = np.asarray(labels)
   if num_clients > len(labels):
-    raise ValueError(f'{num_clients} clients for only {len(labels)} examples')
+    raise base.TaskError(f'{num_clients} clients for only {len(labels)} examples; lower '
+                         '--num_clients')
   order = np.argsort(labels, kind='stable')
   return [np.sort(part) for part in np.array_split(order, num_clients)]
 
@@ -209,7 +212,7 @@ def lognormal_client_sizes(num_examples: int, num_clients: int, sigma: float,
   if sigma < 0:
     raise ValueError(f'unbalanced sigma must be >= 0, got {sigma}')
   if num_clients < 1 or num_clients > num_examples:
-    raise ValueError(f'{num_clients} clients for {num_examples} examples')
+    raise ValueError(f'{num_clients} clients for {num_examples} examples; lower --num_clients')
   per_client = num_examples // num_clients
   if sigma == 0:
     return np.full(num_clients, per_client, np.int64)
@@ -228,7 +231,7 @@ def iid_sized_split(num_examples: int, sizes: np.ndarray, seed: int
   """Paper 003's IID split: a random permutation cut into shards of `sizes`."""
   sizes = np.asarray(sizes, np.int64)
   if sizes.sum() > num_examples:
-    raise ValueError(f'sizes sum to {sizes.sum()} > {num_examples} examples')
+    raise ValueError(f'sizes sum to {sizes.sum()} > {num_examples} examples; lower --num_clients')
   order = np.random.default_rng([seed, 4]).permutation(num_examples)
   cuts = np.cumsum(sizes)[:-1]
   return [np.sort(p) for p in np.split(order[:sizes.sum()], cuts)]
@@ -249,7 +252,7 @@ def dirichlet_prior_split(labels: np.ndarray, sizes: np.ndarray, alpha: float,
   labels = np.asarray(labels)
   sizes = np.asarray(sizes, np.int64)
   if sizes.sum() > len(labels):
-    raise ValueError(f'sizes sum to {sizes.sum()} > {len(labels)} examples')
+    raise ValueError(f'sizes sum to {sizes.sum()} > {len(labels)} examples; lower --num_clients')
   rng = np.random.default_rng([seed, 5])
   classes = np.unique(labels)
   pools = [list(rng.permutation(np.flatnonzero(labels == c))) for c in classes]

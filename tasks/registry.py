@@ -36,21 +36,21 @@ def check_options(name: str, options: TaskOptions) -> TaskSpec:
   """Validates a task request cheaply (before any data is loaded)."""
   spec = get_spec(name)
   if options.batch_size < 1:
-    raise TaskError(f'batch size must be >= 1, got {options.batch_size}')
+    raise TaskError(f'--client_batch_size must be >= 1, got {options.batch_size}')
   if options.model is not None and options.model not in spec.models:
     raise TaskError(f'task {name!r} has no model {options.model!r}; '
                     f'choose one of {", ".join(spec.models)}')
   if options.num_clients is not None and options.num_clients < 1:
-    raise TaskError(f'num_clients must be >= 1, got {options.num_clients}')
+    raise TaskError(f'--num_clients must be >= 1, got {options.num_clients}')
   cap = options.max_elements_per_user
   if cap is not None and cap < 1:
-    raise TaskError(f'max_elements_per_user must be >= 1, got {cap}')
+    raise TaskError(f'--max_elements_per_user must be >= 1, got {cap}')
   if options.unbalanced_sigma < 0:
-    raise TaskError(f'unbalanced_sigma must be >= 0, got {options.unbalanced_sigma}')
+    raise TaskError(f'--unbalanced_sigma must be >= 0, got {options.unbalanced_sigma}')
   for field in ('max_client_examples', 'test_examples'):
     value = getattr(options, field)
     if value is not None and value < 1:
-      raise TaskError(f'{field} must be >= 1, got {value}')
+      raise TaskError(f'--{field} must be >= 1, got {value}')
   if spec.check is not None:
     spec.check(options)
   return spec

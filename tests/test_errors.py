@@ -535,3 +535,15 @@ def test_seed_stats_as_a_binary_says_whether_a_published_value_lies_in_the_inter
   for argv, message in (((), '--values is empty'), (('--values=1,x',), "'x' is not a number"),
                         (('--values=1', '--published=nan'), '--published must be a finite')):
     assert_one_error_line(stats(*argv), message)
+
+
+def test_more_clients_than_a_split_can_fill_is_one_error_line(tmp_path):
+  """digits split over more clients than it has examples (or than any Dirichlet
+  draw fills) ended in a ValueError or RuntimeError traceback."""
+  res = run(['experiments.train', '--num_clients=5000', '--clients_per_round=3',
+             f'--root_output_dir={tmp_path}', '--noprogress'], timeout=300)
+  assert_one_error_line(res, '5000 clients x 1 examples exceeds', 'lower --num_clients')
+  assert os.listdir(tmp_path) == []
+  from tasks import base, partition
+  with pytest.raises(base.TaskError, match='raise --dirichlet_alpha'):
+    partition.dirichlet_label_split([0] * 30 + [1] * 30, 50, 0.01, seed=0, max_tries=3)

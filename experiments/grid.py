@@ -34,6 +34,7 @@ from experiments import flags as trainer_flags
 from experiments import report
 from experiments import runtime_flags
 from tff_algos import registry
+from tff_algos import run_dir
 
 flags.adopt_module_key_flags(trainer_flags)  # --help lists the flags of both
 flags.adopt_module_key_flags(runtime_flags)
@@ -140,6 +141,7 @@ def run_grid(runs, grid_dir: str, select_metric: str, select_last_rounds: int,
   work = [dict(index=i, total=len(runs), combo=combo, values=dict(args.values),
                given=args.given, out_dir=os.path.join(grid_dir, combination_dir(combo)),
                select_metric=select_metric, select_last_rounds=select_last_rounds,
+               flag_names=dict(run_dir.FLAG_NAMES),  # a worker's refusals say ours
                # What reads the parsed flags is computed here: workers do not parse them.
                summary_flags=trainer_flags.flag_values(args),
                identity=trainer_flags.run_identity(args))
@@ -174,6 +176,7 @@ def _train_one(item: dict) -> tuple[int, dict]:
   """One combination of `run_grid` (in this process or a worker): (its index, its row)."""
   from tasks import get_task  # pylint: disable=g-import-not-at-top
   from tff_algos import training  # pylint: disable=g-import-not-at-top
+  run_dir.set_flag_names(**item['flag_names'])
   args = trainer_flags.TrainerArgs(types.MappingProxyType(item['values']), item['given'])
   options, hp, _ = trainer_flags.validate(args=args)
   key = (args.task, options)  # all that get_task reads: the same task exactly when equal
@@ -262,6 +265,7 @@ def _print_and_write(results: list[dict], keys: list[str], grid_dir: str) -> Non
 
 def main(argv):
   del argv
+  run_dir.set_flag_names(name='--grid_name')  # what names a grid's runs
   args = trainer_flags.TrainerArgs.from_flags()
   try:
     trainer_flags.check_dir_name('grid_name', FLAGS.grid_name)  # not outside the root

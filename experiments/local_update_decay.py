@@ -39,6 +39,7 @@ from experiments import report
 from experiments import runtime_flags
 from experiments.configs import number_list
 from experiments.configs import paper002
+from tff_algos import run_dir
 
 flags.adopt_module_key_flags(runtime_flags)  # --help lists them
 
@@ -80,6 +81,9 @@ flags.DEFINE_bool('use_synthetic_data', False, "TFF's synthetic data (pipeline c
 flags.DEFINE_integer('seed', 0, 'Seed of client sampling (same for every run).')
 flags.DEFINE_string('root_output_dir', 'runs/local_update_decay', 'Output root.')
 flags.DEFINE_bool('progress', True, 'Progress bars.')
+flags.DEFINE_bool('restart', False, 'Delete the outputs already in a run directory under '
+                  '--root_output_dir and start that run over (a run of other settings is '
+                  'refused otherwise).')
 FLAGS = flags.FLAGS
 
 
@@ -97,7 +101,7 @@ def _run(task, name, algorithm, clients, out_root):
   training.run_training(algorithm, task, training.RunConfig(
       total_rounds=FLAGS.rounds, clients_per_round=clients, seed=FLAGS.seed,
       rounds_per_eval=0, rounds_per_checkpoint=max(1, min(50, FLAGS.rounds)),
-      output_dir=out, progress=FLAGS.progress))
+      output_dir=out, progress=FLAGS.progress, restart=FLAGS.restart))
   rows = report.read_metrics(os.path.join(out, 'metrics.csv'))
   return (np.array([r.get('client_work/pre_training_loss', np.nan) for r in rows]),
           np.array([r.get('aggregator/update_norm', np.nan) for r in rows]))
@@ -143,6 +147,8 @@ def parse_flags(fig: dict) -> tuple[list[str], list[float], list[float]]:
 
 def main(argv):
   del argv
+  # What a refusal of a run directory advises, in this binary's flags.
+  run_dir.set_flag_names(name='--root_output_dir', rounds='--rounds')
   fig = FIGURES[FLAGS.figure]
   try:
     task_names, gammas, etas = parse_flags(fig)

@@ -159,3 +159,37 @@ def test_a_value_with_a_slash_is_one_run_directory_not_nested_ones():
   names = [grid.combination_dir(c) for c in (long_a, long_b)]
   assert all(len(n.encode()) <= 255 and '/' not in n for n in names)
   assert names[0] != names[1] and names[0][:240] == names[1][:240]
+
+
+@pytest.mark.parametrize('jobs', ['1', '2'])
+def test_a_grid_refusal_names_the_grids_own_flags(tmp_path, jobs):
+  """A grid's run directory holding other settings was refused with 'choose
+  another --experiment_name', a flag the grid does not read for its runs; a
+  --jobs worker says the same as the grid's own process."""
+  argv = ['--model=logistic', *_TINY, '--grid=seed=0,1', f'--root_output_dir={tmp_path}',
+          f'--jobs={jobs}']
+  res = _run('experiments.grid', *argv)
+  assert res.returncode == 0, res.stderr[-3000:]
+  res = _run('experiments.grid', *argv, '--client_learning_rate=0.05')
+  assert res.returncode == 2, res.stderr[-3000:]
+  line = res.stderr.strip().splitlines()[-1]
+  assert 'holds a different run (differs in: client_learning_rate)' in line
+  assert 'choose another --grid_name, or pass --restart' in line, line
+
+
+def test_flag_names_of_refusals_are_the_binarys():
+  from tff_algos import run_dir, run_outputs
+  from tff_algos.errors import UserError
+  saved = dict(run_dir.FLAG_NAMES)
+  try:
+    run_dir.set_flag_names(name='--root_output_dir', rounds='--rounds')
+    assert run_dir.restart_fix() == 'pass --restart to start the run over'
+    with pytest.raises(ValueError, match='unknown flag roles'):
+      run_dir.set_flag_names(grid='--x')
+  finally:
+    run_dir.FLAG_NAMES.update(saved)
+  for binary, name in (('grid', '--grid_name'), ('feddyn', '--name'),
+                       ('fedgbo', '--grid_name'), ('local_update_decay', '--root_output_dir')):
+    source = open(os.path.join(ROOT, 'experiments', f'{binary}.py')).read()
+    assert f"run_dir.set_flag_names(name='{name}'" in source, binary
+  del run_outputs, UserError

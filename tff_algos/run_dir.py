@@ -42,6 +42,24 @@ MANIFEST_FILE = 'checkpoints.json'
 CHECKPOINT_DIR = 'checkpoints'
 CHECKPOINT_PREFIX = 'round_'
 RESTART_FIX = 'pass --restart to start the run over'
+# The flags a refusal tells the user to change, as the running binary names
+# them: a grid's runs are named by --grid_name, not --experiment_name
+# (`set_flag_names`).
+FLAG_NAMES = dict(name='--experiment_name', rounds='--total_rounds', restart='--restart')
+
+
+def set_flag_names(**names: str) -> None:
+  """The running binary's names of the flags that refusals advise (keys of
+  `FLAG_NAMES`: name, rounds, restart)."""
+  unknown = set(names) - set(FLAG_NAMES)
+  if unknown:
+    raise ValueError(f'unknown flag roles {sorted(unknown)}; known: {sorted(FLAG_NAMES)}')
+  FLAG_NAMES.update(names)
+
+
+def restart_fix() -> str:
+  """'pass --restart to start the run over', in the running binary's words."""
+  return f'pass {FLAG_NAMES["restart"]} to start the run over'
 
 
 STRUCTURE_PROBLEM = 'holds a state of another structure'
@@ -89,7 +107,7 @@ def lock(out_dir: Optional[str]) -> Iterator[None]:
       f.seek(0)
       holder = f.read().strip() or 'unknown'
       raise UserError(f'{out_dir} is in use by another run (pid {holder}); wait for '
-                      'it to end, or choose another --experiment_name') from None
+                      f'it to end, or choose another {FLAG_NAMES["name"]}') from None
     f.seek(0)
     f.truncate()
     f.write(f'{os.getpid()}\n')
@@ -153,7 +171,7 @@ class Manifest:
           self.entries = {int(r): e for r, e in json.load(f).items()}
       except (OSError, ValueError, AttributeError) as e:
         raise UserError(f'{self.path} is unreadable ({type(e).__name__}); delete it to '
-                        f'resume without checking the checkpoints, or {RESTART_FIX}'
+                        f'resume without checking the checkpoints, or {restart_fix()}'
                         ) from None
 
   def record(self, round_num: int, entry: dict[str, Any], kept: list[int]) -> None:
@@ -215,7 +233,7 @@ def select_checkpoint(out_dir: str, versions: list[int], manifest: Manifest,
       last = max(manifest.entries)
       raise UserError(f'{os.path.join(out_dir, CHECKPOINT_DIR)} is missing, but '
                       f'{MANIFEST_FILE} says the run reached round {last}; restore it '
-                      f'to resume, or {RESTART_FIX}')
+                      f'to resume, or {restart_fix()}')
     return None, 0
   problems = []
   for version in sorted(versions, reverse=True):
@@ -243,10 +261,10 @@ def select_checkpoint(out_dir: str, versions: list[int], manifest: Manifest,
     raise UserError(f'the checkpoints in {os.path.join(out_dir, CHECKPOINT_DIR)} hold a '
                     'state shaped unlike this build\'s (written by another version of '
                     'tff-algos?); resume with the version that wrote them, or '
-                    f'{RESTART_FIX}')
+                    f'{restart_fix()}')
   detail = '; '.join(f'round {v} {why}' for v, why in problems)
   raise UserError(f'no intact checkpoint in {os.path.join(out_dir, CHECKPOINT_DIR)} '
-                  f'({detail}); restore it from a backup, or {RESTART_FIX}')
+                  f'({detail}); restore it from a backup, or {restart_fix()}')
 
 
 def _remove_unfinished(directory: str) -> None:

@@ -325,7 +325,7 @@ class RunOutputs:
   def _refuse_store(directory: str, start_round: int):
     raise UserError(f'{directory} does not match the checkpoint of round '
                     f'{start_round} (its bitmap or checksums were changed); restore '
-                    f'it from a backup, or {run_dir.RESTART_FIX}')
+                    f'it from a backup, or {run_dir.restart_fix()}')
 
   def close(self) -> None:
     """Writes the rows not yet written and closes the TensorBoard file and
@@ -438,8 +438,8 @@ def _resume_point(state_manager, run: Callable[[Any], Any], manifest: run_dir.Ma
       out_dir, versions, manifest, lambda version: run(state_manager.load(version, state)))
   if start_round > total_rounds:
     raise UserError(f'{out_dir} holds a run checkpointed at round '
-                    f'{start_round}, past --total_rounds={total_rounds}; '
-                    f'raise --total_rounds, or {run_dir.RESTART_FIX}')
+                    f'{start_round}, past {run_dir.FLAG_NAMES["rounds"]}={total_rounds}; '
+                    f'raise {run_dir.FLAG_NAMES["rounds"]}, or {run_dir.restart_fix()}')
   return (state if loaded is None else loaded), start_round
 
 
@@ -461,8 +461,8 @@ def _check_identity(path: str, ident: dict[str, Any]) -> None:
     if diff:
       raise UserError(
           f'{os.path.dirname(path)} holds a different run (differs in: '
-          f'{", ".join(diff)}); choose another --experiment_name, or '
-          f'{run_dir.RESTART_FIX}')
+          f'{", ".join(diff)}); choose another {run_dir.FLAG_NAMES["name"]}, or '
+          f'{run_dir.restart_fix()}')
   else:
     with open(path, 'w') as f:
       json.dump(ident, f, indent=2, sort_keys=True)

@@ -12,7 +12,12 @@ Runs the grid  --algorithms x --participations x --splits x --unbalanced_sigmas
 `tff_algos.training.run_training` in its own directory under
 <root_output_dir>/<name>/ (resumable: re-running skips what is done). Every
 trainer flag gives the base values (learning rates, epochs, --feddyn_alpha,
---prox_mu, ...). A participation p < 1 lets each of the N clients join a round
+--prox_mu, ...), except those the grid sets for each run, which are refused:
+--algorithm (use --algorithms), --seed (--run_seeds), --clients_per_round and
+--participation_prob (--participations), --experiment_name (--name), and
+--partition, --dirichlet_alpha, --unbalanced_sigma (--splits,
+--unbalanced_sigmas) or, for synthetic_logistic, --synthetic_heterogeneity
+(--heterogeneities). A participation p < 1 lets each of the N clients join a round
 with probability p, redrawn while none joins (`--participation_prob`; App. B.1
 and the authors' code), about max(1, round(p N)) a round.
 
@@ -20,9 +25,10 @@ For every setting and target it reports the paper's metric, the number of
 models transmitted (relative to one round of FedAvg, so SCAFFOLD counts two
 per round) until the test accuracy first reaches the target, 'N+' when it
 never does, with the ratio to --reference_algorithm in parentheses, and the
-final accuracy. Writes results.csv, tables.md and one convergence figure per
-setting (accuracy vs models transmitted and vs rounds); the LAST printed line
-is a JSON summary.
+final accuracy (a note on stderr when runs have no --target_metric column;
+an accuracy's --targets are fractions: 0.85, not 85). Writes results.csv,
+tables.md and one convergence figure per setting (accuracy vs models
+transmitted and vs rounds); the LAST printed line is a JSON summary.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ import itertools
 import json
 import math
 import os
+import sys
 
 from absl import flags
 import numpy as np
@@ -42,6 +49,7 @@ from experiments import report
 from experiments import runtime_flags
 from experiments.configs import ListFlagError, number_list
 from tff_algos import registry
+from tff_algos import run_dir
 
 flags.adopt_module_key_flags(trainer_flags)  # --help lists the flags of both
 flags.adopt_module_key_flags(runtime_flags)
@@ -63,9 +71,21 @@ flags.DEFINE_string('target_metric', 'eval/sparse_categorical_accuracy',
                     'metrics.csv column the targets refer to (a *loss column is '
                     'reached from above).')
 flags.DEFINE_string('reference_algorithm', 'feddyn',
-                    'Ratios are other / this (default: the first algorithm if absent).')
+                    'Ratios are other / this; one of --algorithms (left unset: feddyn, '
+                    'or the first of --algorithms when feddyn is not among them).')
 flags.DEFINE_string('name', None, 'Directory under --root_output_dir (default paper003_<task>).')
 FLAGS = flags.FLAGS
+
+# Trainer flags that this binary sets itself for every run, and the flag of its
+# own that gives them: given on the command line they were ignored.
+OWN_FLAGS = dict(experiment_name='--name', algorithm='--algorithms', seed='--run_seeds',
+                 clients_per_round='--participations',
+                 participation_prob='--participations')
+# ... and those its data settings set: --splits and --unbalanced_sigmas, or for
+# synthetic_logistic --heterogeneities.
+SPLIT_FLAGS = dict(partition='--splits', dirichlet_alpha='--splits',
+                   unbalanced_sigma='--unbalanced_sigmas')
+SYNTHETIC_FLAGS = dict(synthetic_heterogeneity='--heterogeneities')
 # Trainer-flag defaults of this binary (set when run, not on import).
 DEFAULTS = dict(task='feddyn_digits', rounds_per_eval=1, client_epochs_per_round=5)
 
@@ -188,19 +208,64 @@ def plot_setting(curves: dict, path: str, title: str, metric: str):
   plt.close(fig)
 
 
+def check_own_flags() -> None:
+  """Refuses (ValueError) a trainer flag given on the command line that this
+  binary sets itself for every run (it was ignored), naming the flag of its
+  own to use, and a --name that is not one directory name under
+  --root_output_dir ('../x' wrote outside it)."""
+  own = dict(OWN_FLAGS, **(SYNTHETIC_FLAGS if FLAGS.task == 'synthetic_logistic'
+                           else SPLIT_FLAGS))
+  for name, instead in own.items():
+    if FLAGS[name].present:
+      raise ValueError(f'--{name} is not read by this binary (it sets it for each run); '
+                       f'use {instead}')
+  trainer_flags.check_dir_name('name', FLAGS.name)
+
+
+def reference_algorithm(algorithms: list[str]) -> str:
+  """--reference_algorithm, which must be one of `algorithms`; left unset, its
+  default (feddyn) or, when that is not among them, the first of them."""
+  ref = FLAGS.reference_algorithm
+  if ref in algorithms:
+    return ref
+  if FLAGS['reference_algorithm'].present:
+    raise ValueError(f'--reference_algorithm={ref!r} is not one of --algorithms; choose '
+                     f'from {", ".join(algorithms)}')
+  return algorithms[0]
+
+
+def is_accuracy(metric: str) -> bool:
+  return 'accuracy' in metric.split('/')[-1]
+
+
+def check_targets(targets: list[float], metric: str) -> None:
+  """Refuses a target above 1 for an accuracy metric (a fraction in [0, 1]: a
+  percentage such as 85 was never reached, every cell 'N+')."""
+  if not is_accuracy(metric):
+    return
+  for t in targets:
+    if t > 1:
+      hint = f'; write {t / 100:g} for {t:g}%' if t <= 100 else ''
+      raise ValueError(f'--targets: {t:g} is above 1, but --target_metric {metric!r} is an '
+                       f'accuracy in [0, 1] (never reached){hint}')
+
+
 def _parse_lists():
   """(algorithms, participations, targets, seeds, settings) from the list
   flags, in milliseconds and before TensorFlow loads; a bad item raises a
   ValueError naming its flag."""
+  check_own_flags()
   algorithms = list(FLAGS.algorithms)
   if not algorithms:
     raise ValueError(f'--algorithms is empty; give some of '
                      f'{", ".join(sorted(registry.ALGORITHMS))}')
   if registry.unknown(algorithms, '--algorithms'):
     raise ValueError(registry.unknown(algorithms, '--algorithms'))
+  reference_algorithm(algorithms)
   participations = number_list('participations', FLAGS.participations, bound='in (0, 1]',
                                example='1,0.1')
   targets = number_list('targets', FLAGS.targets, example='0.85,0.9')
+  check_targets(targets, FLAGS.target_metric)
   seeds = number_list('run_seeds', FLAGS.run_seeds, integer=True, bound='>= 0',
                       example='0,1,2')
   return algorithms, participations, targets, seeds, settings()
@@ -239,7 +304,8 @@ def _run_one(task, args: trainer_flags.TrainerArgs, out_dir: str, label: str, pa
 
 
 def _record(results, curves, rows, model_bytes, key: dict, targets):
-  """Appends the run's result per target and its convergence curve."""
+  """Appends the run's result per target and its convergence curve; returns
+  the run's metric names when it has no --target_metric column, else None."""
   from tff_algos import metrics_tables  # pylint: disable=g-import-not-at-top
   m, metric = key['clients_per_round'], FLAGS.target_metric
   per_round = metrics_tables.models_per_round(rows, model_bytes, m)
@@ -254,6 +320,40 @@ def _record(results, curves, rows, model_bytes, key: dict, targets):
         models_transmitted=res.models_transmitted, total_models=res.total_models,
         rounds_run=res.rounds_run, final_value=res.final_value,
         models_per_round=per_round[0] if per_round else math.nan))
+  return None if pts else metric_names(rows)
+
+
+def metric_names(rows) -> list[str]:
+  """The metrics.csv columns a target could refer to: the evaluation's metrics,
+  then the clients' training metrics (not the test set's or a round's sizes)."""
+  train = []
+  for row in rows:
+    for k in row:
+      if '/train/' in k and k not in train and not k.endswith(report.COUNTS):
+        train.append(k)
+  return report.eval_metric_names(rows) + train
+
+
+def note_missing_metric(lacking: list[tuple[str, list[str]]], runs: int, metric: str) -> None:
+  """One stderr line when runs lack --target_metric (misspelt, or an eval
+  metric on a task without an evaluation set): their cells read 'N+' (never
+  reached), which alone did not say why. `lacking`: (run label, its metrics)."""
+  if not lacking:
+    return
+  names = []
+  for _, have in lacking:
+    names += [n for n in have if n not in names]
+  have = ', '.join(names) if names else 'none'
+  if len(lacking) == runs:
+    which, cells = 'no run has', 'every cell reads'
+  else:
+    shown = ', '.join(label for label, _ in lacking[:3])
+    more = ', ...' if len(lacking) > 3 else ''
+    which, cells = f'{len(lacking)} of {runs} runs ({shown}{more}) have no', 'their cells read'
+  print(f'note: {which} metric {metric!r} (--target_metric) in metrics.csv, so {cells} '
+        f'N+ (never reached); their metrics: {have}. Choose one with --target_metric: '
+        'the same command tabulates the finished runs again without training them',
+        file=sys.stderr)
 
 
 def _write_outputs(root: str, results, curves, algorithms, reference, seeds, targets):
@@ -289,6 +389,7 @@ def _write_outputs(root: str, results, curves, algorithms, reference, seeds, tar
 
 def main(argv):
   del argv  # `common.run` refuses positional arguments
+  run_dir.set_flag_names(name='--name')  # what names this grid's runs
   try:
     lists = _parse_lists()  # a bad list item is answered before TensorFlow loads
   except ValueError as e:
@@ -300,12 +401,11 @@ def main(argv):
   except (ValueError, flags.Error) as e:
     return common.fail(e)
   trainer_flags.warn_ignored_flags(algorithms, base)
-  reference = FLAGS.reference_algorithm if FLAGS.reference_algorithm in algorithms \
-      else algorithms[0]
+  reference = reference_algorithm(algorithms)  # checked by `_parse_lists`
 
   from tasks import TaskError, get_task  # pylint: disable=g-import-not-at-top
   root = os.path.join(FLAGS.root_output_dir, FLAGS.name or f'paper003_{FLAGS.task}')
-  results, curves = [], {}
+  results, curves, lacking = [], {}, []
   with runtime_flags.managed_context():
     for (label, values), seed in itertools.product(grid, seeds):
       setting = base.override(**values, seed=seed, algorithm=algorithms[0],
@@ -323,10 +423,13 @@ def main(argv):
             task, setting.override(algorithm=alg, clients_per_round=m,
                                    participation_prob=part if part < 1 else None),
             out_dir, label, part)
-        _record(results, curves, rows, model_bytes,
-                dict(setting=label, participation=part, clients_per_round=m, algorithm=alg,
-                     seed=seed), targets)
+        missing = _record(results, curves, rows, model_bytes,
+                          dict(setting=label, participation=part, clients_per_round=m,
+                               algorithm=alg, seed=seed), targets)
+        if missing is not None:
+          lacking.append((f'{label} p={part:g} {alg} seed {seed}', missing))
   _write_outputs(root, results, curves, algorithms, reference, seeds, targets)
+  note_missing_metric(lacking, len(results) // len(targets), FLAGS.target_metric)
   return 0
 
 

@@ -23,12 +23,17 @@ B = 32; cifar100 = cifar100_image, cnn004 (500 clients), M = 5, B = 32;
 shakespeare = shakespeare_character, gru128 (2 x GRU 128), 660 clients, M = 7,
 B = 32; sent140 = LEAF Sent140 from --sent140_dir (5k bag of words, linear
 model), M = 22, B = 8; digits = the embedded offline task (smoke runs).
+The trainer flags this binary sets for every run are refused when given:
+--task (use --tasks), --algorithm (--algorithms), --local_steps (--ks),
+--experiment_name (--grid_name).
 Algorithms: fedavg (AdaptiveFedOpt with --server_optimizer), fedgbo, mfl,
 mimelite, mimexlite (their client optimiser defaults to SGDm, beta 0.9: the
 setting of Table IV), fedmax, fedprox; all run K local steps and the plain
 client mean 1/M of Algorithm 1 (--nouniform_weighting: weights n_i).
-`--algorithm_flags` sets per-algorithm flags, e.g.
-'fedgbo:client_optimizer=adam,client_beta_1=0.9;fedprox:prox_mu=0.01'.
+`--algorithm_flags` sets per-algorithm flags of algorithms in --algorithms, e.g.
+'fedgbo:client_optimizer=adam,client_beta_1=0.9;fedprox:prox_mu=0.01'. The
+tables use --select_metric, or where the runs lack it (left unset) the task's
+accuracy column; a note on stderr says when a table uses another column.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ import csv
 import dataclasses
 import json
 import os
+import sys
 
 from absl import flags
 import numpy as np
@@ -46,6 +52,7 @@ from experiments import common
 from experiments import flags as trainer_flags
 from experiments import report
 from experiments import runtime_flags
+from tff_algos import run_dir
 
 flags.adopt_module_key_flags(trainer_flags)  # --help lists the flags of both
 flags.adopt_module_key_flags(runtime_flags)
@@ -82,29 +89,56 @@ ALGORITHM_DEFAULTS = {name: dict(client_optimizer='sgdm', client_momentum='0.9')
 TABLE5 = ('fedgbo', 'mimelite', 'mimexlite')
 
 
-def parse_algorithm_flags(spec: str) -> dict[str, dict[str, str]]:
+# Trainer flags that this binary sets itself for every run, and the flag of its
+# own that gives them: given on the command line they were ignored.
+OWN_FLAGS = dict(experiment_name='--grid_name', algorithm='--algorithms', task='--tasks',
+                 local_steps='--ks')
+
+
+def parse_algorithm_flags(spec: str, algorithms=None) -> dict[str, dict[str, str]]:
+  """{algorithm: {trainer flag: value as written}} of --algorithm_flags; an
+  algorithm not among `algorithms` (when given: --algorithms) is refused (its
+  flags were ignored), and so is a flag that is not the trainer's or that this
+  binary sets per run (`OWN_FLAGS`)."""
+  trainer = {f.name for f in FLAGS.get_flags_for_module(trainer_flags)}
   out: dict[str, dict[str, str]] = {}
   for part in filter(None, (p.strip() for p in spec.split(';'))):
     if ':' not in part:
       raise ValueError(f'--algorithm_flags part {part!r} is not alg:flag=v,...')
     name, assigns = part.split(':', 1)
+    name = name.strip()
+    if algorithms is not None and name not in algorithms:
+      raise ValueError(f'--algorithm_flags names {name!r}, which is not one of --algorithms '
+                       f'({", ".join(algorithms)}); add it to --algorithms or drop its '
+                       'flags')
     for assign in filter(None, (a.strip() for a in assigns.split(','))):
       if '=' not in assign:
         raise ValueError(f'--algorithm_flags: {assign!r} is not flag=value')
       key, value = (s.strip() for s in assign.split('=', 1))
-      if key not in FLAGS:
-        raise ValueError(f'--algorithm_flags: unknown flag {key!r}')
-      out.setdefault(name.strip(), {})[key] = value
+      if key not in trainer:
+        raise ValueError(f'--algorithm_flags: unknown flag {key!r}; per-algorithm flags are '
+                         'trainer flags, e.g. client_learning_rate')
+      if key in OWN_FLAGS and key != 'local_steps':  # a per-algorithm K is honoured
+        raise ValueError(f'--algorithm_flags: {key!r} is set by this binary for each run; '
+                         f'use {OWN_FLAGS[key]}')
+      try:
+        FLAGS[key].parser.parse(value)
+      except (ValueError, flags.Error) as e:
+        raise ValueError(f'--algorithm_flags: {name}:{key}={value}: {e}; give a value that '
+                         f'--{key} takes') from None
+      out.setdefault(name, {})[key] = value
   return out
 
 
 # -------------------------------------------------------------------- runs
 
 
-def _validate(preset: str, args):
+def _validate(preset: str, args, check_config: bool = True):
   """`flags.validate` of one run. Sent140's --task=digits only stands in for
-  its own loader: digits' client count does not cap its cohort."""
-  return trainer_flags.validate(grid=True, args=args, check_cohort=preset != 'sent140')
+  its own loader: digits' client count does not cap its cohort.
+  `check_config`: False leaves out the check that loads TensorFlow."""
+  return trainer_flags.validate(grid=True, args=args, check_cohort=preset != 'sent140',
+                                check_config=check_config)
 
 
 def _settings(preset: str, k: str, algorithm: str, overrides,
@@ -153,16 +187,61 @@ def plot_costs(runs: dict, metric: str, path: str, title: str) -> str:
 def accuracy_column(runs: dict, preferred: str) -> str:
   """`preferred` if the runs have it, else their first eval accuracy column
   (e.g. Shakespeare's masked 'eval/accuracy')."""
-  names = [n for rows in runs.values() for n in report.eval_metric_names(rows)]
+  names = metric_names(runs)
   if preferred in names:
     return preferred
   return next((n for n in names if 'accuracy' in n), preferred)
 
 
+def metric_names(runs: dict) -> list[str]:
+  """The eval metrics of `runs` (algorithm -> metrics.csv rows), in order."""
+  names = []
+  for rows in runs.values():
+    names += [n for n in report.eval_metric_names(rows) if n not in names]
+  return names
+
+
+def note_select_metric(used: list[tuple[str, str, list[str]]], metric: str,
+                       given: bool) -> None:
+  """One stderr line when tables are not of --select_metric. `used`: (table,
+  the column it used, its runs' eval metrics) per table. Said for a table
+  whose column is in none of its runs (its accuracies are nan) and, when
+  --select_metric was given on the command line, for one that fell back to
+  another accuracy column (left unset, the default falls back to the task's
+  own accuracy, e.g. Shakespeare's 'eval/accuracy', as documented)."""
+  other = [(t, col, names) for t, col, names in used
+           if col not in names or (given and col != metric)]
+  if not other:
+    return
+  tables = ', '.join(t for t, _, _ in other[:3]) + (', ...' if len(other) > 3 else '')
+  cols, have = [], []
+  for _, col, names in other:
+    if col in names and col not in cols:
+      cols.append(col)
+    have += [n for n in names if n not in have]
+  if cols:
+    instead = f'use {" / ".join(map(repr, cols))} instead'
+    if any(col not in names for _, col, names in other):
+      instead += ' (nan where they have no accuracy column)'
+  else:
+    instead = 'are nan'
+  print(f'note: the runs of {tables} have no metric {metric!r} (--select_metric) in '
+        f'metrics.csv, so their tables {instead}; their eval metrics: '
+        f'{", ".join(have) or "none"}. Choose one with --select_metric: the same command '
+        'tabulates the finished runs again without training them', file=sys.stderr)
+
+
 def check_lists() -> None:
-  """--tasks, --algorithms and --ks, each bad item named with its flag, in
-  milliseconds: before TensorFlow loads (the registry imports none)."""
+  """--tasks, --algorithms and --ks, each bad item named with its flag, the
+  trainer flags this binary sets itself (`OWN_FLAGS`: refused when given) and
+  --grid_name (one directory name under --root_output_dir), in milliseconds:
+  before TensorFlow loads (the registry imports none)."""
   from tff_algos import registry  # pylint: disable=g-import-not-at-top
+  for name, instead in OWN_FLAGS.items():
+    if FLAGS[name].present:
+      raise ValueError(f'--{name} is not read by this binary (it sets it for each run); '
+                       f'use {instead}')
+  trainer_flags.check_dir_name('grid_name', FLAGS.grid_name)
   for name in FLAGS.tasks:
     if name not in PRESETS:
       raise ValueError(f'--tasks: unknown task preset {name!r}; choose from '
@@ -176,21 +255,24 @@ def check_lists() -> None:
 
 def main(argv):
   del argv
-  try:
+  run_dir.set_flag_names(name='--grid_name')  # what names this grid's runs
+  base = trainer_flags.TrainerArgs.from_flags()
+  explicit = {name for name in FLAGS if FLAGS[name].present}
+  try:  # the flags alone, before TensorFlow loads
     check_lists()
-  except ValueError as e:
+    overrides = parse_algorithm_flags(FLAGS.algorithm_flags, FLAGS.algorithms)
+    combos = [(t, k, a) for t in FLAGS.tasks for k in FLAGS.ks for a in FLAGS.algorithms]
+    runs = [_run_args(base, _settings(*combo, overrides, explicit)) for combo in combos]
+    for (preset, _, _), args in zip(combos, runs):
+      _validate(preset, args, check_config=False)
+  except (ValueError, flags.Error) as e:
     return common.fail(e)
   common.quiet_logs()
   from tasks import sent140  # pylint: disable=g-import-not-at-top
   from tff_algos import registry  # pylint: disable=g-import-not-at-top
-  base = trainer_flags.TrainerArgs.from_flags()
-  explicit = {name for name in FLAGS if FLAGS[name].present}
   try:
-    overrides = parse_algorithm_flags(FLAGS.algorithm_flags)
     if 'sent140' in FLAGS.tasks:
       sent140.files(FLAGS.sent140_dir)
-    combos = [(t, k, a) for t in FLAGS.tasks for k in FLAGS.ks for a in FLAGS.algorithms]
-    runs = [_run_args(base, _settings(*combo, overrides, explicit)) for combo in combos]
     for (preset, _, _), args in zip(combos, runs):  # validate every run before starting any
       _validate(preset, args)
   except (ValueError, flags.Error) as e:
@@ -225,9 +307,10 @@ def main(argv):
           os.path.join(config.output_dir, 'metrics.csv'))
       optimisers[(preset, k, name)] = args.client_optimizer
 
-  md, csv_rows, summary, table5 = [], [], {}, []
+  md, csv_rows, summary, table5, used = [], [], {}, [], []
   for (preset, k), runs in results.items():
     metric = accuracy_column(runs, FLAGS.select_metric)
+    used.append((f'{preset} K={k}', metric, metric_names(runs)))
     header, table = report.cost_table(runs, metric)
     title = f'{preset}, K = {k} ({metric})'
     md += [f'## Table IV: {title}', '', report.markdown_table(header, table), '']
@@ -250,6 +333,7 @@ def main(argv):
     writer.writeheader()
     writer.writerows(csv_rows)
   print(f'tables: {os.path.join(root, "tables.md")}')
+  note_select_metric(used, FLAGS.select_metric, FLAGS['select_metric'].present)
   print(json.dumps({'max_accuracy_%': summary, 'output_dir': root}))
   return 0
 

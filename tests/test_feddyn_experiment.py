@@ -91,3 +91,113 @@ def test_feddyn_binary_small_grid(tmp_path):
   again = _run(*args)
   assert again.returncode == 0, again.stderr[-3000:]
   assert json.loads(again.stdout.strip().splitlines()[-1])['cells'] == js['cells']
+
+
+# A grid of one short run: a flag that the binary fails to refuse costs seconds, not the
+# default grid's hours.
+SMALL = ('--algorithms=fedavg', '--participations=1', '--splits=iid', '--num_clients=5',
+         '--total_rounds=1', '--client_epochs_per_round=1')
+
+
+def _run_main(*args, cwd, timeout=300):
+  """The binary as `python -m experiments.feddyn` runs it (its defaults set),
+  in `cwd`, with 'TF loaded: <bool>' printed on stdout on the way out: a
+  refusal can be said to come before TensorFlow loads without timing it."""
+  code = ('import runpy, sys\n'
+          f'sys.argv = {["feddyn", *args, "--noprogress"]!r}\n'
+          'try:\n  runpy.run_module("experiments.feddyn", run_name="__main__")\n'
+          'finally:\n  print("TF loaded:", "tensorflow" in sys.modules)\n')
+  return subprocess.run([sys.executable, '-c', code], cwd=cwd, capture_output=True, text=True,
+                        timeout=timeout, env=dict(os.environ, PYTHONPATH=ROOT))
+
+
+def _assert_refused_before_tensorflow(res, *fragments):
+  out = res.stdout + res.stderr
+  assert res.returncode == 2, out[-3000:]
+  assert 'Traceback' not in out, out[-3000:]
+  lines = res.stderr.strip().splitlines()
+  assert lines and lines[-1].startswith('error:'), res.stderr[-3000:]
+  assert [l for l in lines if l.startswith('error:')] == lines[-1:], res.stderr[-3000:]
+  for fragment in fragments:
+    assert fragment in lines[-1], lines[-1]
+  assert 'TF loaded: False' in res.stdout, out[-3000:]
+
+
+@pytest.mark.parametrize('flag,instead', [
+    ('--experiment_name=mine', '--name'), ('--algorithm=scaffold', '--algorithms'),
+    ('--seed=3', '--run_seeds'), ('--clients_per_round=2', '--participations'),
+    ('--participation_prob=0.5', '--participations'), ('--partition=dirichlet', '--splits'),
+    ('--dirichlet_alpha=0.3', '--splits'), ('--unbalanced_sigma=0.3', '--unbalanced_sigmas'),
+])
+def test_trainer_flags_the_grid_sets_itself_are_refused(tmp_path, flag, instead):
+  """--experiment_name, --algorithm, --seed, ... were accepted (the binary
+  defines the trainer's flags) and ignored: every run took the grid's own
+  values (--algorithm=scaffold still ran all --algorithms)."""
+  res = _run_main(*SMALL, flag, f'--root_output_dir={tmp_path / "root"}', cwd=tmp_path)
+  _assert_refused_before_tensorflow(res, flag.split('=')[0] + ' is not read', f'use {instead}')
+  assert os.listdir(tmp_path) == []
+
+
+def test_synthetic_heterogeneity_is_refused_for_synthetic_logistic_only(tmp_path):
+  res = _run_main('--task=synthetic_logistic', '--synthetic_heterogeneity=type1', *SMALL,
+                  f'--root_output_dir={tmp_path / "root"}', cwd=tmp_path)
+  _assert_refused_before_tensorflow(res, '--synthetic_heterogeneity', '--heterogeneities')
+  assert os.listdir(tmp_path) == []
+
+
+def test_a_name_outside_the_root_is_refused(tmp_path):
+  """--name=../escape wrote the grid next to --root_output_dir."""
+  res = _run_main(*SMALL, '--name=../escape', f'--root_output_dir={tmp_path / "root"}',
+                  cwd=tmp_path)
+  _assert_refused_before_tensorflow(res, '--name must be one directory name', '../escape')
+  assert os.listdir(tmp_path) == []
+
+
+def test_a_reference_algorithm_not_in_the_grid_is_refused(tmp_path):
+  """--reference_algorithm=scafold (a typo) fell back to the first algorithm
+  quietly: every ratio was to another method than asked for."""
+  res = _run_main(*SMALL[1:], '--algorithms=fedavg,scaffold', '--reference_algorithm=scafold',
+                  f'--root_output_dir={tmp_path / "root"}', cwd=tmp_path)
+  _assert_refused_before_tensorflow(res, "--reference_algorithm='scafold'",
+                                    'choose from fedavg, scaffold')
+  assert os.listdir(tmp_path) == []
+
+
+def test_a_percentage_target_of_an_accuracy_is_refused(tmp_path):
+  """--targets=85 for an accuracy in [0, 1] was never reached: every cell N+."""
+  from experiments import feddyn
+  with pytest.raises(ValueError, match=r'--targets: 85 is above 1.*write 0\.85 for 85%'):
+    feddyn.check_targets([0.5, 85.0], 'eval/sparse_categorical_accuracy')
+  with pytest.raises(ValueError, match='accuracy in'):
+    feddyn.check_targets([850.0], 'eval/accuracy')
+  feddyn.check_targets([85.0], 'eval/loss')  # a loss may be above 1
+  feddyn.check_targets([0.85, 1.0], 'eval/sparse_categorical_accuracy')
+  res = _run_main(*SMALL, '--targets=0.5,85', f'--root_output_dir={tmp_path / "root"}',
+                  cwd=tmp_path)
+  _assert_refused_before_tensorflow(res, '--targets: 85 is above 1', 'write 0.85')
+  assert os.listdir(tmp_path) == []
+
+
+def test_note_missing_target_metric_names_the_runs_and_their_metrics(capsys):
+  from experiments import feddyn
+  feddyn.note_missing_metric([], 4, 'eval/acc')
+  assert capsys.readouterr().err == ''
+  have = ['eval/sparse_categorical_accuracy', 'eval/loss']
+  feddyn.note_missing_metric([('iid p=1 fedavg seed 0', have)], 2, 'eval/acc')
+  err = capsys.readouterr().err.splitlines()
+  assert len(err) == 1 and err[0].startswith('note: 1 of 2 runs (iid p=1 fedavg seed 0)')
+  assert "'eval/acc' (--target_metric)" in err[0] and ', '.join(have) in err[0]
+
+
+def test_a_target_metric_that_no_run_has_is_noted(tmp_path):
+  """--target_metric=eval/acc (misspelt) made every cell 'N+' with no word of why."""
+  res = _run(*SMALL, '--target_metric=eval/acc', '--targets=0.5',
+             f'--root_output_dir={tmp_path}', timeout=300)
+  assert res.returncode == 0, res.stderr[-3000:]
+  notes = [l for l in res.stderr.splitlines() if l.startswith('note:') and 'eval/acc' in l]
+  assert len(notes) == 1, res.stderr[-3000:]
+  assert notes[0].startswith("note: no run has metric 'eval/acc' (--target_metric)")
+  assert 'every cell reads N+' in notes[0]
+  assert 'eval/sparse_categorical_accuracy' in notes[0]
+  assert json.loads(res.stdout.strip().splitlines()[-1])['cells'] == {
+      'iid|p1|0.5': {'fedavg': '1+'}}

@@ -182,3 +182,111 @@ print(hp.client_optimizer, hp.client_momentum, hp.client_beta_1)
                        env=dict(os.environ, PYTHONPATH=root), timeout=120)
   assert res.returncode == 0, res.stderr[-3000:]
   assert res.stdout.split() == ['adam', 'None', '0.9'], res.stdout
+
+
+# One short run: a flag that the binary fails to refuse costs seconds, not the
+# default grid's hours.
+SMALL = ('--tasks=digits', '--ks=1', '--algorithms=fedavg', '--total_rounds=1',
+         '--rounds_per_eval=1')
+
+
+def _run_main(*args, cwd, timeout=300):
+  """The binary run through `common.run` in `cwd`, with 'TF loaded: <bool>'
+  printed on stdout on the way out: a refusal can be said to come before
+  TensorFlow loads without timing it."""
+  code = ('import sys\n'
+          f'sys.argv = {["fedgbo", *args, "--noprogress"]!r}\n'
+          'from experiments import common, fedgbo\n'
+          'try:\n  common.run(fedgbo.main)\n'
+          'finally:\n  print("TF loaded:", "tensorflow" in sys.modules)\n')
+  return subprocess.run([sys.executable, '-c', code], cwd=cwd, capture_output=True, text=True,
+                        timeout=timeout, env=dict(os.environ, PYTHONPATH=ROOT))
+
+
+def _assert_refused_before_tensorflow(res, *fragments):
+  out = res.stdout + res.stderr
+  assert res.returncode == 2, out[-3000:]
+  assert 'Traceback' not in out, out[-3000:]
+  lines = res.stderr.strip().splitlines()
+  assert lines and lines[-1].startswith('error:'), res.stderr[-3000:]
+  assert [l for l in lines if l.startswith('error:')] == lines[-1:], res.stderr[-3000:]
+  for fragment in fragments:
+    assert fragment in lines[-1], lines[-1]
+  assert 'TF loaded: False' in res.stdout, out[-3000:]
+
+
+@pytest.mark.parametrize('flag,instead', [
+    ('--experiment_name=mine', '--grid_name'), ('--algorithm=fedgbo', '--algorithms'),
+    ('--local_steps=5', '--ks'), ('--task=feddyn_digits', '--tasks'),
+])
+def test_trainer_flags_the_binary_sets_itself_are_refused(tmp_path, flag, instead):
+  """--experiment_name, --algorithm and --local_steps (--ks replaced it in
+  every run) were accepted, as trainer flags, and ignored; --task replaced
+  every preset's task under the preset's name."""
+  res = _run_main(*SMALL, flag, f'--root_output_dir={tmp_path / "root"}', cwd=tmp_path)
+  _assert_refused_before_tensorflow(res, flag.split('=')[0] + ' is not read', f'use {instead}')
+  assert os.listdir(tmp_path) == []
+
+
+def test_a_grid_name_outside_the_root_is_refused(tmp_path):
+  """--grid_name=../x wrote the grid next to --root_output_dir."""
+  res = _run_main(*SMALL, '--grid_name=../x', f'--root_output_dir={tmp_path / "root"}',
+                  cwd=tmp_path)
+  _assert_refused_before_tensorflow(res, '--grid_name must be one directory name', '../x')
+  assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize('spec,fragments', [
+    ('fedmax:fedmax_beta=1', ["names 'fedmax', which is not one of --algorithms (fedavg)"]),
+    ('fedavg:client_learning_rate=abc', ['fedavg:client_learning_rate=abc',
+                                         'a value that --client_learning_rate takes']),
+    ('fedavg:ks=3', ["unknown flag 'ks'"]),
+    ('fedavg:algorithm=fedprox', ["'algorithm' is set by this binary", 'use --algorithms']),
+])
+def test_bad_algorithm_flags_are_refused_before_tensorflow(tmp_path, spec, fragments):
+  """Flags for an algorithm not in --algorithms were ignored; a value the flag
+  does not take was refused only after TensorFlow loaded, without its flag."""
+  res = _run_main(*SMALL, f'--algorithm_flags={spec}', f'--root_output_dir={tmp_path / "root"}',
+                  cwd=tmp_path)
+  _assert_refused_before_tensorflow(res, '--algorithm_flags', *fragments)
+  assert os.listdir(tmp_path) == []
+
+
+def test_note_select_metric_says_when_a_table_is_not_of_it():
+  """Unset, the default falls back to the task's accuracy quietly (Shakespeare's
+  'eval/accuracy', as documented); given, a fallback is noted; a column in no
+  run (nan tables) is noted either way. In a process of its own (see below)."""
+  code = """
+import contextlib, io
+from experiments import fedgbo
+def note(used, metric, given):
+  err = io.StringIO()
+  with contextlib.redirect_stderr(err):
+    fedgbo.note_select_metric(used, metric, given)
+  return err.getvalue().splitlines()
+acc = 'eval/sparse_categorical_accuracy'
+shakespeare = ('shakespeare K=10', 'eval/accuracy', ['eval/accuracy', 'eval/loss'])
+digits = ('digits K=10', acc, [acc, 'eval/loss'])
+assert note([digits, shakespeare], acc, False) == []
+assert note([digits], acc, True) == []
+lines = note([digits, shakespeare], acc, True)
+assert len(lines) == 1 and lines[0].startswith('note: the runs of shakespeare K=10 have no')
+assert "use 'eval/accuracy' instead" in lines[0], lines
+lines = note([('quad K=1', 'eval/acc', ['eval/loss'])], 'eval/acc', False)
+assert len(lines) == 1 and 'their tables are nan' in lines[0] and 'eval/loss' in lines[0]
+print('ok')
+"""
+  res = subprocess.run([sys.executable, '-c', code], cwd=ROOT, capture_output=True, text=True,
+                       env=dict(os.environ, PYTHONPATH=ROOT), timeout=120)
+  assert res.returncode == 0 and res.stdout.split() == ['ok'], res.stderr[-3000:]
+
+
+def test_a_select_metric_the_runs_lack_is_noted(tmp_path):
+  """--select_metric=eval/acc (misspelt) quietly tabulated another column."""
+  res = run_fedgbo(*SMALL, '--select_metric=eval/acc', f'--root_output_dir={tmp_path}',
+                   timeout=300)
+  assert res.returncode == 0, res.stderr[-3000:]
+  notes = [l for l in res.stderr.splitlines() if l.startswith('note:') and 'eval/acc' in l]
+  assert len(notes) == 1, res.stderr[-3000:]
+  assert "note: the runs of digits K=1 have no metric 'eval/acc' (--select_metric)" in notes[0]
+  assert f"use '{ACC}' instead" in notes[0]

@@ -14,11 +14,17 @@ resumable like the trainer's. Results go to
 <root_output_dir>/<scale>/<experiment>/: result.json (measured values by key),
 table.md (published vs measured) and plot.png. `--report` gathers them into
 one side-by-side table, report.md, marking values not run at full scale.
+
+An experiment's settings are the paper's: of the trainer's flags reproduce
+takes only those of `PASSED_THROUGH` (where the data lives, where results go,
+progress bars, --restart, the runtime's), and refuses the others; to change a
+setting, run the command `--print_commands` prints.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import errno
 import json
 import os
 import shutil
@@ -38,8 +44,9 @@ from experiments.configs import base
 from tff_algos.errors import UserError
 # What it measures and its tables (also this module's API).
 from experiments.reproduce_results import (  # pylint: disable=unused-import
-    _evals, accuracy_key, experiment_table, full_report, list_lines, lookup,
+    _evals, accuracy_key, experiment_table, full_report, list_lines, load_results, lookup,
     markdown_lines, measure, measure_stats, run_metric)
+from tff_algos import run_dir
 
 flags.adopt_module_key_flags(trainer_flags)  # --help lists the flags of both
 flags.adopt_module_key_flags(runtime_flags)
@@ -55,21 +62,31 @@ flags.DEFINE_bool('markdown', False, 'With --list: a markdown table (the README 
 FLAGS = flags.FLAGS
 
 # Flags of the trainer that describe the data (dropped at smoke scale, where
-# the experiment's smoke task and its own flags replace them).
+# the experiment's smoke task and its own flags replace them; token_weighting:
+# the trainer refuses it on a task without token sequences, as the smoke's).
 TASK_FLAGS = ('task', 'model', 'cache_dir', 'use_synthetic_data', 'num_clients',
               'dirichlet_alpha', 'partition', 'libsvm_path', 'l2_reg', 'unbalanced_sigma',
               'synthetic_heterogeneity', 'max_eval_examples', 'max_client_examples',
-              'test_examples', 'max_elements_per_user')
+              'test_examples', 'max_elements_per_user', 'token_weighting')
 # Trainer flags a config may not set (the runner owns them).
 RUNNER_FLAGS = ('root_output_dir', 'experiment_name', 'total_rounds', 'clients_per_round',
                 'seed', 'rounds_per_eval', 'progress')
 # How each dedicated binary names its output directory flag.
 BINARY_OUTPUT_FLAG = {'experiments.local_update_decay': 'root_output_dir'}
+# The dedicated binaries that read TFF datasets from --cache_dir (reproduce's
+# --cache_dir is passed on to them).
+BINARY_CACHE_DIR = ('experiments.local_update_decay',)
+# ... and those with a --restart of their own (reproduce's --restart passes to them).
+BINARY_RESTART = ('experiments.local_update_decay',)
 SMOKE_MAX_LOCAL_STEPS = 5
 # Trainer flags given on reproduce's own command line that apply to every run
-# (where the data lives, where results go, progress bars).
-PASSED_THROUGH = ('cache_dir', 'root_output_dir', 'progress', 'backend', 'workers',
+# (where the data lives, where results go, progress bars, starting the runs
+# over, how TFF runs). Every other trainer flag given to reproduce is refused
+# (`ignored_trainer_flags`): an experiment's settings are the paper's.
+PASSED_THROUGH = ('cache_dir', 'root_output_dir', 'progress', 'restart', 'backend', 'workers',
                   'concurrent_clients', 'compile_local_loop')
+# reproduce's modes: one at a time.
+MODES = ('list', 'report', 'print_commands')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,8 +100,11 @@ class RunPlan:
   def name(self) -> str:
     return f'{self.label}_seed{self.seed}'
 
-  def command(self, out_root: str) -> str:
-    args = [f'--{k}={_flag_str(v)}' for k, v in self.flags.items()]
+  def command(self, out_root: str, passed: Optional[dict[str, Any]] = None) -> str:
+    """The run as a trainer command line; `passed`: the values reproduce passes
+    on to every run (`passed_through()`), given first (a plan's own flag wins,
+    as in `plan_args`)."""
+    args = [f'--{k}={_flag_str(v)}' for k, v in {**(passed or {}), **self.flags}.items()]
     return ' '.join(['python -m experiments.train', *args, f'--root_output_dir={out_root}',
                      f'--experiment_name={self.name}'])
 
@@ -99,6 +119,25 @@ def _flag_str(value) -> str:
 
 def experiment_dir(root: str, scale: str, name: str) -> str:
   return os.path.join(root, scale, name)
+
+
+def ignored_trainer_flags() -> list[str]:
+  """The trainer's flags given on reproduce's command line that no run would
+  get (all but `PASSED_THROUGH`): refused, not silently dropped."""
+  return sorted(f.name for f in FLAGS.get_flags_for_module(trainer_flags.__name__)
+                if f.present and f.name not in PASSED_THROUGH)
+
+
+def passed_through() -> dict[str, Any]:
+  """The values of `PASSED_THROUGH` that reproduce gives every trainer run
+  (its --root_output_dir aside: each run has its own), those that differ from
+  the trainer's defaults: what a printed command must repeat to be the run."""
+  values = {}
+  for name in PASSED_THROUGH:
+    flag = FLAGS[name]
+    if name != 'root_output_dir' and flag.value is not None and flag.value != flag.default:
+      values[name] = flag.value
+  return values
 
 
 # ----------------------------------------------------------------------------
@@ -143,6 +182,12 @@ def binary_argv(exp: base.Experiment, scale: str, out_dir: str) -> list[str]:
   values = dict(spec.smoke_flags if scale == 'smoke' else spec.flags)
   values[BINARY_OUTPUT_FLAG.get(spec.module, 'output_dir')] = out_dir
   values.setdefault('progress', False)
+  cache_dir = FLAGS['cache_dir'].value
+  if cache_dir and spec.module in BINARY_CACHE_DIR:
+    # Absolute: the binary runs from the repository's root (`_run_binary`).
+    values.setdefault('cache_dir', os.path.abspath(os.path.expanduser(cache_dir)))
+  if FLAGS['restart'].value and spec.module in BINARY_RESTART:  # a library call: unparsed
+    values.setdefault('restart', True)
   values.setdefault('backend', runtime_flags.backend())  # every binary has --backend
   if runtime_flags.workers():
     values.setdefault('workers', runtime_flags.workers())
@@ -274,8 +319,20 @@ def _run_binary(exp, scale, out_dir):
       f.write(proc.stdout)
   said = proc.stderr.strip().splitlines()[-1:] or ['']
   if proc.returncode == common.USAGE_ERROR and said[0].startswith('error: '):
-    offline = '' if scale == 'smoke' else f'; {SMOKE_INSTEAD}'
-    raise UserError(f'{exp.runner.module}: {said[0][len("error: "):]}{offline}')
+    from tasks.options import MissingData  # pylint: disable=g-import-not-at-top
+    message = said[0][len('error: '):]
+    # Said in reproduce's own flags: it has no --use_synthetic_data (its
+    # offline way is --scale=smoke), and the binaries no --restart.
+    if exp.runner.module not in BINARY_RESTART:
+      message = message.replace(
+          run_dir.RESTART_FIX,
+          f'remove {out_dir} (or choose another --root_output_dir) to start the experiment '
+          'over')
+    if MissingData.OFFLINE in message:
+      message = message.replace(MissingData.OFFLINE, SMOKE_INSTEAD)
+    elif scale != 'smoke':
+      message += f'; {SMOKE_INSTEAD}'
+    raise UserError(f'{exp.runner.module}: {message}')
   if proc.returncode != 0:
     raise RuntimeError(f'{" ".join(argv)} failed (exit {proc.returncode}):\n'
                        f'{proc.stderr[-3000:]}')
@@ -326,8 +383,74 @@ def _plot(exp, results, out_dir) -> Optional[str]:
   return path
 
 
+def _check_command_line():
+  """Refuses (UserError) what the command line alone shows to be contradictory
+  or ignored, before TensorFlow loads: trainer flags that no run would get,
+  two modes at once, --markdown without --list."""
+  ignored = ignored_trainer_flags()
+  if ignored:
+    taken = ', '.join(f'--{n}' for n in PASSED_THROUGH)
+    raise UserError(
+        f'{", ".join("--" + n for n in ignored)}: reproduce does not change an '
+        "experiment's settings (they are the paper's; of the trainer's flags it takes "
+        f'only {taken}); to change them, run python -m experiments.train with a command '
+        'from --print_commands')
+  modes = [f'--{m}' for m in MODES if FLAGS[m].value]
+  if len(modes) > 1:
+    raise UserError(f'{" and ".join(modes)}: give one of them (each is a mode of its own)')
+  if FLAGS.markdown and not FLAGS.list:
+    raise UserError('--markdown formats --list only; add --list, or drop --markdown')
+
+
+def _unusable(path: str) -> Optional[OSError]:
+  """Why `path` cannot be a directory (the nearest existing path at or above
+  it is a file), or None; nothing is created."""
+  path = os.path.abspath(path)
+  while not os.path.exists(path):
+    parent = os.path.dirname(path)
+    if parent == path:
+      return None
+    path = parent
+  if os.path.isdir(path):
+    return None
+  return OSError(errno.ENOTDIR, os.strerror(errno.ENOTDIR))
+
+
+def _report(root: str, shown: dict[str, base.Experiment], one: bool) -> int:
+  """--report: the tables of `shown` (every experiment, or the one of
+  --experiment) from the result.json files under `root`; refused when there
+  is none (a mistyped or too deep --root_output_dir), nothing created."""
+  error = _unusable(root)
+  if error is not None:
+    raise run_dir.unusable_dir(root, error, 'root_output_dir')
+  results = load_results(root)
+  if not any(name in results for name in shown):
+    name = next(iter(shown)) if one else 'EXPERIMENT'
+    layout = os.path.join(root, '{full,smoke}', name, 'result.json')
+    what = f'no result of {name}' if one else 'no results'
+    raise UserError(f'{what} under {root} (--report reads {layout}); give the '
+                    '--root_output_dir the experiments were run with'
+                    + (f', or run --experiment={name} first' if one else ''))
+  common.writable_dir(root, 'root_output_dir')
+  text = full_report(root, shown)
+  path = os.path.join(root, f'report_{next(iter(shown))}.md' if one else 'report.md')
+  with open(path, 'w') as f:
+    f.write(text + '\n')
+  print(text)
+  print(f'report: {path}')
+  return 0
+
+
+def _user_message(error: Exception) -> str:
+  """A refusal of a run directory said in reproduce's flags (it names each
+  run's directory itself: no --experiment_name)."""
+  return str(error).replace('choose another --experiment_name',
+                            'choose another --root_output_dir')
+
+
 def main(argv):
   del argv  # `common.run` refuses positional arguments
+  _check_command_line()
   from experiments import configs
   experiments = configs.all_experiments()
   if FLAGS.experiment:  # known in every mode, not ignored by --list/--report
@@ -341,17 +464,22 @@ def main(argv):
     return 0
   root = FLAGS.root_output_dir if FLAGS['root_output_dir'].present else 'runs/reproduce'
   progress = FLAGS.progress
-  if FLAGS.report:
-    common.writable_dir(root, 'root_output_dir')
-    text = full_report(root, experiments)
-    os.makedirs(root, exist_ok=True)
-    with open(os.path.join(root, 'report.md'), 'w') as f:
-      f.write(text + '\n')
-    print(text)
-    print(f'report: {os.path.join(root, "report.md")}')
-    return 0
+  if FLAGS.report:  # with --experiment: that experiment's table only
+    one = bool(FLAGS.experiment)
+    return _report(root, {exp.name: exp} if one else experiments, one)
   if not FLAGS.experiment:
     return common.fail('give --experiment=NAME (see --list), --list or --report')
+  out_dir = experiment_dir(root, FLAGS.scale, exp.name)
+  if isinstance(exp.runner, base.Binary):
+    if FLAGS.restart and exp.runner.module not in BINARY_RESTART:
+      return common.fail(
+          f'--restart: {exp.name} is run by {exp.runner.module}, which has no --restart; '
+          f'remove {out_dir} (or choose another --root_output_dir) to start it over')
+    if FLAGS.cache_dir and exp.runner.module not in BINARY_CACHE_DIR:
+      run_dir.notice(f'--cache_dir is not used: {exp.runner.module} reads no TFF dataset')
+    if FLAGS['progress'].present:
+      run_dir.notice(f'--progress is not used: {exp.runner.module} runs with its output '
+                     'captured (no progress bars)')
   try:
     if isinstance(exp.runner, base.TrainerRuns):
       plans = trainer_plans(exp, FLAGS.scale)
@@ -359,13 +487,13 @@ def main(argv):
         validate_plan(plan)
   except ValueError as e:
     return common.fail(e)
-  out_dir = experiment_dir(root, FLAGS.scale, exp.name)
   if FLAGS.print_commands:
     if isinstance(exp.runner, base.Binary):
       print(' '.join(binary_argv(exp, FLAGS.scale, out_dir)[1:]).replace('-m ', 'python -m ', 1))
     else:
+      passed = passed_through()
       for plan in plans:
-        print(plan.command(os.path.join(out_dir, 'runs')))
+        print(plan.command(os.path.join(out_dir, 'runs'), passed))
     return 0
   created = common.dirs_to_create(out_dir)
   common.writable_dir(out_dir, 'root_output_dir')
@@ -381,7 +509,7 @@ def main(argv):
     if isinstance(e, MissingData):
       # reproduce has no --use_synthetic_data: its offline check is --scale=smoke.
       return common.fail(e.offline_instead(SMOKE_INSTEAD))
-    return common.fail(e)
+    return common.fail(_user_message(e))
   print(result['table'])
   print(f'result: {os.path.join(out_dir, "result.json")}  plot: {result["plot"]}')
   return 0

@@ -207,6 +207,10 @@ def test_checkpoint_past_total_rounds_is_one_error_line(tmp_path):
 
 
 def test_reproduce_list_and_report_leave_no_tff_noise(tmp_path):
+  # A report needs a result to report (an empty root is refused, test_reproduce).
+  result = tmp_path / 'smoke' / 'nastya_mushrooms_fig2' / 'result.json'
+  result.parent.mkdir(parents=True)
+  result.write_text(json.dumps({'measured': {}, 'rounds': {}}))
   for flag in ('--list', '--report'):
     res = run(['experiments.reproduce', flag, f'--root_output_dir={tmp_path}'])
     assert res.returncode == 0, res.stderr[-3000:]

@@ -764,3 +764,198 @@ def test_an_experiment_binary_writes_where_reproduce_runs(tmp_path, monkeypatch)
   result = reproduce._run_binary(exp, 'smoke', 'rel')  # pylint: disable=protected-access
   assert 'json' in result
   assert {'figure1.png', 'curves.csv', 'stdout.txt'} <= set(os.listdir(tmp_path / 'rel'))
+
+
+# ------------------------------------------ reproduce's command line, end to end
+
+def _reproduce(*argv, cwd, timeout=120):
+  """`python -m experiments.reproduce argv...` through `common.run`, in `cwd`,
+  with 'TF loaded: <bool>' printed on stdout on the way out (as
+  tests/test_flag_checks.py's run_binary): a refusal can be shown to come
+  before TensorFlow was imported."""
+  code = (f'import sys; sys.argv = {["reproduce", *argv]!r}\n'
+          'from experiments import common, reproduce\n'
+          'try:\n  common.run(reproduce.main)\n'
+          'finally:\n  print("TF loaded:", "tensorflow" in sys.modules)\n')
+  return subprocess.run([sys.executable, '-c', code], cwd=cwd, capture_output=True,
+                        text=True, timeout=timeout, env=dict(os.environ, PYTHONPATH=ROOT))
+
+
+def _refused(res, *fragments, before_tensorflow=True):
+  """Exit 2, one `error:` line (the last) holding `fragments`, no traceback."""
+  out = res.stdout + res.stderr
+  assert res.returncode == 2, out[-3000:]
+  assert 'Traceback' not in out, out[-3000:]
+  lines = res.stderr.strip().splitlines()
+  assert [l for l in lines if l.startswith('error:')] == lines[-1:], res.stderr[-3000:]
+  for fragment in fragments:
+    assert fragment in lines[-1], lines[-1]
+  if before_tensorflow:
+    assert 'TF loaded: False' in res.stdout, out[-3000:]
+  return lines[-1]
+
+
+def test_reproduce_refuses_trainer_flags_it_does_not_pass_on(tmp_path):
+  """`--total_rounds=1 --client_learning_rate=0.5 --experiment_name=zzz` ran the
+  config's 3 rounds with its own values, exit 0: the trainer's flags that
+  reproduce defines (for --help) were silently ignored."""
+  res = _reproduce('--experiment=fedopt_baselines_emnist_cr_fedavg', '--scale=smoke',
+                   '--total_rounds=1', '--client_learning_rate=0.5', '--experiment_name=zzz',
+                   cwd=tmp_path)
+  said = _refused(res, '--client_learning_rate, --experiment_name, --total_rounds',
+                  "the paper's", 'python -m experiments.train', '--print_commands')
+  for name in reproduce.PASSED_THROUGH:  # what it does take, named
+    assert f'--{name}' in said
+  assert os.listdir(tmp_path) == []  # no runs/ written
+  # Only the trainer's flags that no run gets: the runtime's and reproduce's own
+  # are no trainer flags, and every trainer flag it passes on is one.
+  from absl import flags
+  trainer = {f.name for f in flags.FLAGS.get_flags_for_module('experiments.flags')}
+  runtime = {f.name for f in flags.FLAGS.get_flags_for_module('experiments.runtime_flags')}
+  assert set(reproduce.PASSED_THROUGH) <= trainer | runtime
+  assert {'cache_dir', 'root_output_dir', 'progress', 'restart'} == (
+      set(reproduce.PASSED_THROUGH) & trainer)
+
+
+def test_print_commands_repeat_every_value_reproduce_passes_on(tmp_path):
+  """The printed trainer commands left out --cache_dir (and the other values
+  reproduce gives every run), so they were not the runs reproduce ran; every
+  flag reproduce takes is accepted."""
+  res = _reproduce('--experiment=fedopt_baselines_emnist_cr_fedavg', '--scale=full',
+                   '--print_commands', '--cache_dir=/data/tff', '--noprogress', '--restart',
+                   '--backend=inprocess', '--concurrent_clients=2', '--compile_local_loop',
+                   f'--root_output_dir={tmp_path}/out', cwd=tmp_path)
+  assert res.returncode == 0, res.stderr[-3000:]
+  (line,) = [l for l in res.stdout.splitlines() if l.startswith('python -m')]
+  for arg in ('--cache_dir=/data/tff', '--progress=false', '--restart=true',
+              '--concurrent_clients=2', '--compile_local_loop=true', '--task=emnist_character',
+              f'--root_output_dir={tmp_path}/out/full/fedopt_baselines_emnist_cr_fedavg/runs'):
+    assert f' {arg} ' in f'{line} ', (arg, line)
+  assert '--backend' not in line  # its default: nothing to repeat
+  assert not (tmp_path / 'out').exists()
+  # A binary's command likewise (--workers: the runtime's).
+  res = _reproduce('--experiment=local_update_fig8_emnist', '--scale=full', '--print_commands',
+                   '--cache_dir=cache', '--workers=2', cwd=tmp_path)
+  assert res.returncode == 0, res.stderr[-3000:]
+  (line,) = [l for l in res.stdout.splitlines() if l.startswith('python -m')]
+  assert f'--cache_dir={tmp_path}/cache ' in line and '--workers=2' in line, line
+
+
+def test_reproduce_passes_cache_dir_to_binaries_that_read_it(tmp_path):
+  """`reproduce --experiment=local_update_fig8_emnist --cache_dir=X` looked in
+  ~/.tff, and the missing-data error offered --use_synthetic_data, which
+  reproduce does not take. A relative --cache_dir is reproduce's working
+  directory's (the binary runs from the repository's root)."""
+  res = _reproduce('--experiment=local_update_fig8_emnist', '--scale=full', '--cache_dir=cache',
+                   '--root_output_dir=out', cwd=tmp_path)
+  said = _refused(res, f'{tmp_path}/cache/emnist_all.sqlite', '--cache_dir', '--scale=smoke',
+                  before_tensorflow=False)
+  assert '--use_synthetic_data' not in said
+  assert not (tmp_path / 'out').exists()
+  from experiments import configs
+  for module in {e.runner.module for e in configs.all_experiments().values()
+                 if isinstance(e.runner, base.Binary)}:
+    assert ('cache_dir' in _binary_flags(module)) == (module in reproduce.BINARY_CACHE_DIR), (
+        module)
+
+
+def test_reproduce_restart_starts_a_different_run_over(tmp_path):
+  """The refusal of a run directory that holds another run said "pass
+  --restart", which reproduce ignored: the same refusal came back forever."""
+  run = tmp_path / 'smoke' / 'fedopt_baselines_emnist_cr_fedavg' / 'runs' / 'fedavg_seed0'
+  run.mkdir(parents=True)
+  (run / 'run_identity.json').write_text('{"task": "another"}')
+  args = ('--experiment=fedopt_baselines_emnist_cr_fedavg', f'--root_output_dir={tmp_path}',
+          '--noprogress')
+  _refused(_reproduce(*args, cwd=tmp_path), 'holds a different run',
+           'choose another --root_output_dir', 'pass --restart', before_tensorflow=False)
+  res = _reproduce(*args, '--restart', cwd=tmp_path)
+  assert res.returncode == 0, res.stderr[-3000:]
+  assert '--restart removed the earlier run' in res.stderr
+  assert json.loads((run / 'run_identity.json').read_text())['task'] == 'digits'
+
+
+def test_reproduce_restart_of_a_binary_experiment_says_what_to_do(tmp_path, monkeypatch):
+  """Binaries without a --restart (all but local_update_decay): reproduce
+  refuses it for them, and a binary's own "pass --restart" is said as
+  reproduce's remedy. local_update_decay gets it passed on."""
+  res = _reproduce('--experiment=nastya_mushrooms_fig2', '--restart',
+                   '--root_output_dir=out', cwd=tmp_path)
+  _refused(res, '--restart', 'experiments.nastya',
+           'remove out/smoke/nastya_mushrooms_fig2', before_tensorflow=False)
+  assert not (tmp_path / 'out').exists()
+  from absl import flags
+  from experiments import configs
+  exp = configs.get('local_update_fig8_emnist')
+  assert not any(a.startswith('--restart') for a in reproduce.binary_argv(exp, 'smoke', 'o'))
+  flags.FLAGS['restart'].value = True
+  try:
+    argv = reproduce.binary_argv(exp, 'smoke', 'o')
+  finally:
+    flags.FLAGS['restart'].value = False
+  assert '--restart=true' in argv, argv
+  from tff_algos import run_dir
+  said = f'error: {tmp_path}/x holds a different run (differs in: seed); {run_dir.RESTART_FIX}'
+  monkeypatch.setattr(reproduce.subprocess, 'run', lambda *a, **k: subprocess.CompletedProcess(
+      a, 2, '', said + '\n'))
+  exp = base.Experiment(name='nastya_test', paper='-', ref='-', description='-',
+                        runner=base.Binary('experiments.nastya', {}, {}))
+  with pytest.raises(reproduce.UserError) as raised:
+    reproduce._run_binary(exp, 'smoke', str(tmp_path))  # pylint: disable=protected-access
+  assert '--restart' not in str(raised.value)
+  assert f'remove {tmp_path}' in str(raised.value), raised.value
+
+
+@pytest.mark.parametrize('argv,fragment', [
+    (['--list', '--print_commands'], '--list and --print_commands'),
+    (['--list', '--report'], '--list and --report'),
+    (['--report', '--print_commands', '--experiment=nastya_mushrooms_fig2'],
+     '--report and --print_commands'),
+    (['--markdown'], '--markdown formats --list only'),
+])
+def test_reproduce_refuses_two_modes_at_once(tmp_path, argv, fragment):
+  """`--list --print_commands` listed, its --print_commands ignored (and so on)."""
+  res = _reproduce(*argv, f'--root_output_dir={tmp_path}/out', cwd=tmp_path)
+  _refused(res, fragment)
+  assert res.stdout.strip() == 'TF loaded: False' and not (tmp_path / 'out').exists()
+
+
+@pytest.mark.parametrize('where', ['missing', 'empty', 'too_deep'])
+def test_report_without_results_is_refused(tmp_path, where):
+  """A mistyped --root_output_dir (or one level too deep) was created and given
+  an all-"not run" report.md, exit 0."""
+  runs = tmp_path / 'runs'
+  result = runs / 'smoke' / 'nastya_mushrooms_fig2' / 'result.json'
+  result.parent.mkdir(parents=True)
+  result.write_text('{"measured": {}, "rounds": {"binary": 3}}')
+  root = {'missing': tmp_path / 'rnus', 'empty': tmp_path / 'empty',
+          'too_deep': runs / 'smoke'}[where]
+  if where == 'empty':
+    root.mkdir()
+  res = _reproduce('--report', f'--root_output_dir={root}', cwd=tmp_path)
+  _refused(res, f'no results under {root}', f'{root}/{{full,smoke}}/EXPERIMENT/result.json',
+           '--root_output_dir', before_tensorflow=False)
+  assert root.exists() == (where != 'missing')
+  assert not (root / 'report.md').exists()
+
+
+def test_report_of_one_experiment_shows_that_experiment(tmp_path):
+  """`--report --experiment=X` ignored X; now its table alone, in its own file
+  (report.md, every experiment's, stays as it was)."""
+  pub = {'fedopt_baselines_emnist_cr_fedavg': 'fedavg/mean_accuracy_last100',
+         'fedopt_baselines_emnist_cr_fedadam': 'fedadam/mean_accuracy_last100'}
+  for name, key in pub.items():
+    path = tmp_path / 'smoke' / name / 'result.json'
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({'measured': {key: 0.5}, 'rounds': {'a': 3}}))
+  res = _reproduce('--report', '--experiment=fedopt_baselines_emnist_cr_fedavg',
+                   f'--root_output_dir={tmp_path}', cwd=tmp_path)
+  assert res.returncode == 0, res.stderr[-3000:]
+  text = (tmp_path / 'report_fedopt_baselines_emnist_cr_fedavg.md').read_text()
+  assert '| fedopt_baselines_emnist_cr_fedavg |' in text and 'fedadam' not in text
+  assert '0 of 1 experiments run at full scale' in text
+  assert not (tmp_path / 'report.md').exists()
+  res = _reproduce('--report', '--experiment=fedopt_baselines_cifar10_fedavg',
+                   f'--root_output_dir={tmp_path}', cwd=tmp_path)
+  _refused(res, 'no result of fedopt_baselines_cifar10_fedavg', '--experiment=fedopt_baselines_'
+           'cifar10_fedavg first', before_tensorflow=False)

@@ -142,7 +142,8 @@ def _binary(figure, ref, description, tasks, smoke, runtime, extra_notes='', nam
       expected_runtime=runtime,
       notes=' '.join(x for x in (COMMON_NOTE, extra_notes) if x),
       data='TFF ' + ', '.join(DATA_FILE[t] + '.sqlite' for t in dict.fromkeys(tasks))
-           + ' in the default TFF cache (~/.tff): the binary is run without --cache_dir')
+           + ' in the TFF cache (--cache_dir, default ~/.tff), which reproduce passes to '
+             'the binary')
 
 
 def _tuned(figure, task, short, table, ref, description, runtime) -> Experiment:

@@ -183,9 +183,9 @@ def run_grid(settings: dict, goals: dict, grid) -> tuple[dict, dict]:
       entry['models_per_round'] = cost['models_per_round']
       for setting, search in zip(unit.settings, found):
         searches[setting][unit.method][unit.seed] = search
-        print(f'{unit.method} {setting} seed {unit.seed}: first round at target '
-              f'{search.best_round} ({search.best_config}); server model: '
-              f'{search.server.best_round}', file=sys.stderr, flush=True)
+        server = search.server.describe() if search.server is not None else 'not searched'
+        print(f'{unit.method} {setting} seed {unit.seed}: first round at target: '
+              f'{search.describe()}; server model: {server}', file=sys.stderr, flush=True)
       print(f'{unit.method} {"+".join(unit.settings)} seed {unit.seed}: {cost["rounds_run"]} '
             f'rounds in {cost["run_s"]:.1f} s wall, {cost["run_cpu_s"]:.1f} s CPU',
             file=sys.stderr, flush=True)

@@ -163,6 +163,17 @@ class Search:
       return self.rounds
     return max(self.best_round.values()) - 1
 
+  def describe(self) -> str:
+    """Per target, the first round that reached it and with which configuration
+    ('target: not reached in R rounds' for the others)."""
+    def config(c):
+      return ', '.join(f'{k}={v:g}' if isinstance(v, float) else f'{k}={v}'
+                       for k, v in c.items())
+    return '; '.join(
+        f'{name}: round {self.best_round[name]} ({config(self.best_config[name])})'
+        if name in self.best_round else f'{name}: not reached in {self.rounds} rounds'
+        for name in self.targets)
+
   def finished(self, done: int) -> bool:
     """Every target reached by round `done`."""
     return all(self.best_round.get(n, math.inf) <= done for n in self.targets)

@@ -153,7 +153,10 @@ def test_models_to_loss_target_counts_rounds_times_models_per_round():
 def test_search_keeps_the_first_configuration_to_reach_each_target():
   search = table6_grid.Search(targets=dict(a=0.5, b=0.1), rounds=100)
   configs = [dict(lr=1.0), dict(lr=0.1)]
+  # Said per target (the binary printed the dicts: '{} ({})' before any hit).
+  assert search.describe() == 'a: not reached in 100 rounds; b: not reached in 100 rounds'
   search.record(3, np.array([0.7, 0.4]), configs, 10)
+  assert search.describe() == 'a: round 3 (lr=0.1, shape=10); b: not reached in 100 rounds'
   search.record(4, np.array([0.3, 0.05]), configs, 10)
   assert search.best_round == dict(a=3, b=4)
   assert search.best_config['a'] == dict(lr=0.1, shape=10)

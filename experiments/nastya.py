@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import os
 
 from absl import flags
@@ -197,7 +198,10 @@ def main(argv):
         print(f'  {setting:8s} N={n:<3d} C={c:<3d} {name:18s} '
               f'gap {gaps[-1]:.3e}', flush=True)
 
-  table = [[s, *setting_shape(s), name, etas[s][name], curves[s][name][-1]]
+  # fedrr has no server step size of its own (eta_i = gamma n_i, per client):
+  # its row said 'nan', which read as a failed run.
+  table = [[s, *setting_shape(s), name,
+            'gamma n_i' if math.isnan(etas[s][name]) else etas[s][name], curves[s][name][-1]]
            for s in FLAGS.settings for name in names]
   print(report.format_table(['setting', 'N', 'C', 'run', 'eta', f'gap@{FLAGS.rounds}'],
                             table, floatfmt='.3e'))

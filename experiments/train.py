@@ -73,6 +73,9 @@ def main(argv):
   task = get_task(args.task, options)  # data errors surface before any worker starts
   args = fit_cohort_to(args, len(task.client_ids), task.name)
   out_dir = trainer_flags.output_dir(args)
+  if not args.experiment_name:  # a run of other settings may share the default name
+    run_dir.set_flag_names(name='--experiment_name (the default name holds only the task, '
+                                'algorithm, optimisers, learning rates, K or E, M and seed)')
   run_dir.check_free(out_dir)  # another run there: refused before any tracing
   with runtime_flags.managed_context():
     algorithm = registry.build(args.algorithm, task.model_fn, hp)

@@ -551,3 +551,15 @@ def test_more_clients_than_a_split_can_fill_is_one_error_line(tmp_path):
   from tasks import base, partition
   with pytest.raises(base.TaskError, match='raise --dirichlet_alpha'):
     partition.dirichlet_label_split([0] * 30 + [1] * 30, 50, 0.01, seed=0, max_tries=3)
+
+
+def test_a_default_name_shared_by_other_settings_says_what_it_holds(tmp_path):
+  """Two runs differing in a setting the default name leaves out (the batch
+  size) meet in one directory; the refusal advised --restart, which deleted
+  the first run, without saying why the names clashed."""
+  argv = ['experiments.train', *SMALL, '--total_rounds=1', f'--root_output_dir={tmp_path}']
+  assert run(argv).returncode == 0
+  res = run([*argv, '--client_batch_size=8'])
+  assert_one_error_line(res, 'holds a different run (differs in: client_batch_size)',
+                        'choose another --experiment_name (the default name holds only',
+                        'pass --restart to delete its outputs and start the run over')

@@ -174,7 +174,7 @@ def test_a_grid_refusal_names_the_grids_own_flags(tmp_path, jobs):
   assert res.returncode == 2, res.stderr[-3000:]
   line = res.stderr.strip().splitlines()[-1]
   assert 'holds a different run (differs in: client_learning_rate)' in line
-  assert 'choose another --grid_name, or pass --restart' in line, line
+  assert 'choose another --grid_name, or pass --restart to delete its outputs' in line, line
 
 
 def test_flag_names_of_refusals_are_the_binarys():
@@ -183,7 +183,7 @@ def test_flag_names_of_refusals_are_the_binarys():
   saved = dict(run_dir.FLAG_NAMES)
   try:
     run_dir.set_flag_names(name='--root_output_dir', rounds='--rounds')
-    assert run_dir.restart_fix() == 'pass --restart to start the run over'
+    assert run_dir.restart_fix() == run_dir.RESTART_FIX
     with pytest.raises(ValueError, match='unknown flag roles'):
       run_dir.set_flag_names(grid='--x')
   finally:

@@ -41,7 +41,7 @@ LOCK_FILE = 'run.lock'
 MANIFEST_FILE = 'checkpoints.json'
 CHECKPOINT_DIR = 'checkpoints'
 CHECKPOINT_PREFIX = 'round_'
-RESTART_FIX = 'pass --restart to start the run over'
+RESTART_FIX = 'pass --restart to delete its outputs and start the run over'
 # The flags a refusal tells the user to change, as the running binary names
 # them: a grid's runs are named by --grid_name, not --experiment_name
 # (`set_flag_names`).
@@ -58,8 +58,8 @@ def set_flag_names(**names: str) -> None:
 
 
 def restart_fix() -> str:
-  """'pass --restart to start the run over', in the running binary's words."""
-  return f'pass {FLAG_NAMES["restart"]} to start the run over'
+  """`RESTART_FIX` in the running binary's words."""
+  return f'pass {FLAG_NAMES["restart"]} to delete its outputs and start the run over'
 
 
 STRUCTURE_PROBLEM = 'holds a state of another structure'

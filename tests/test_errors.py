@@ -560,6 +560,7 @@ def test_a_default_name_shared_by_other_settings_says_what_it_holds(tmp_path):
   argv = ['experiments.train', *SMALL, '--total_rounds=1', f'--root_output_dir={tmp_path}']
   assert run(argv).returncode == 0
   res = run([*argv, '--client_batch_size=8'])
-  assert_one_error_line(res, 'holds a different run (differs in: client_batch_size)',
+  assert_one_error_line(res, 'holds a different run (differs in: client_batch_size (16 there, '
+                        '8 here))',
                         'choose another --experiment_name (the default name holds only',
                         'pass --restart to delete its outputs and start the run over')

@@ -172,7 +172,8 @@ def test_a_grid_refusal_names_the_grids_own_flags(tmp_path):
   res = _run('experiments.grid', *argv, '--client_learning_rate=0.05')
   assert res.returncode == 2, res.stderr[-3000:]
   line = res.stderr.strip().splitlines()[-1]
-  assert 'holds a different run (differs in: client_learning_rate)' in line
+  assert ('holds a different run (differs in: client_learning_rate (the default there, '
+          '0.05 here))') in line, line
   assert 'choose another --grid_name, or pass --restart to delete its outputs' in line, line
 
 

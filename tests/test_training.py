@@ -185,7 +185,7 @@ def test_resume_with_different_settings_is_refused(task, algorithm, tmp_path):
   # Same identity, more rounds: resumes.
   assert training.run_training(algorithm, task, config(out, rounds=3),
                                identity={'lr': 0.1}).resumed_from == 2
-  with pytest.raises(UserError, match='differs in: lr'):
+  with pytest.raises(UserError, match=r'differs in: lr \(0.1 there, 0.2 here\)'):
     training.run_training(algorithm, task, config(out, rounds=4), identity={'lr': 0.2})
   with pytest.raises(UserError, match='differs in: seed'):
     training.run_training(algorithm, task, config(out, rounds=4, seed=5), identity={'lr': 0.1})
@@ -250,3 +250,17 @@ def test_a_progress_bar_on_a_closed_pipe_still_lets_the_outputs_close():
   loop.bar, loop.outputs = Bar(), Outputs()
   loop._close()  # pylint: disable=protected-access
   assert closed == [True]
+
+
+def test_a_different_run_says_what_differs_with_both_values():
+  """'differs in: task_info, traffic' (a changed model) named two internal
+  entries and no value; now the differing keys inside them, with both values."""
+  from tff_algos import run_outputs
+  said = run_outputs._identity_diff(  # pylint: disable=protected-access
+      dict(seed=0, task_info=dict(model='cnn', clients=10), lr=0.1),
+      dict(seed=0, task_info=dict(model='cnn_dropout', clients=10)))
+  assert said == ("lr (0.1 there, the default here), "
+                  "task_info.model ('cnn' there, 'cnn_dropout' here)")
+  assert run_outputs._identity_diff(dict(a=1), dict(a=1)) == ''  # pylint: disable=protected-access
+  many = run_outputs._identity_diff({k: 1 for k in 'abcdef'}, {k: 2 for k in 'abcdef'})  # pylint: disable=protected-access
+  assert many.endswith('d (1 there, 2 here), 2 more')

@@ -452,16 +452,43 @@ def _note_lost_rows(path: str, kept_rows, start_round: int) -> None:
                    'the checkpoint')
 
 
+def _identity_diff(stored: dict[str, Any], ident: dict[str, Any], most: int = 4) -> str:
+  """'key (old there, new here), ...' of the entries that differ ('' if none);
+  a dict entry (the task's info, the traffic) by its differing keys, so that
+  '--emnist_model' reads as task_info.model ('cnn' there, 'cnn_dropout' here),
+  not as 'task_info'."""
+  default = object()  # an identity leaves out the flags at their defaults
+
+  def short(value):
+    text = 'the default' if value is default else repr(value)
+    return text if len(text) <= 40 else text[:37] + '...'
+
+  items = []
+  for key in sorted(set(stored) | set(ident)):
+    old, new = stored.get(key, default), ident.get(key, default)
+    if old == new:
+      continue
+    if isinstance(old, dict) and isinstance(new, dict):
+      items += [(f'{key}.{k}', old.get(k, default), new.get(k, default))
+                for k in sorted(set(old) | set(new)) if old.get(k, default) != new.get(k, default)]
+    else:
+      items.append((key, old, new))
+  said = [f'{k} ({short(o)} there, {short(n)} here)' for k, o, n in items[:most]]
+  if len(items) > most:
+    said.append(f'{len(items) - most} more')
+  return ', '.join(said)
+
+
 def _check_identity(path: str, ident: dict[str, Any]) -> None:
   """Stores the run's identity, or refuses a directory that holds another run."""
   if os.path.exists(path):
     with open(path) as f:
       stored = json.load(f)
-    diff = sorted(k for k in set(stored) | set(ident) if stored.get(k) != ident.get(k))
+    diff = _identity_diff(stored, ident)
     if diff:
       raise UserError(
           f'{os.path.dirname(path)} holds a different run (differs in: '
-          f'{", ".join(diff)}); choose another {run_dir.FLAG_NAMES["name"]}, or '
+          f'{diff}); choose another {run_dir.FLAG_NAMES["name"]}, or '
           f'{run_dir.restart_fix()}')
   else:
     with open(path, 'w') as f:

@@ -130,12 +130,36 @@ def settings() -> list[tuple[str, dict]]:
     raise ValueError('--heterogeneities applies to --task=synthetic_logistic only')
   if not FLAGS.splits:
     raise ListFlagError(f'--splits is empty; give {SPLITS_EXPECTED}')
-  out = []
+  from tasks import catalog  # pylint: disable=g-import-not-at-top
+  spec = next((t for t in catalog.TASKS if t.name == FLAGS.task), None)
+  given = FLAGS['splits'].present or FLAGS['unbalanced_sigmas'].present
+  out, left_out = [], []
   for split, sigma in itertools.product(FLAGS.splits, sigmas):
     values = dict(parse_split(split), unbalanced_sigma=sigma)
     label = split.replace(':', '') + ('' if sigma == 0 else f'_unbal{sigma:g}')
+    if spec is not None:  # (an unknown task is refused by the runs' checks)
+      if (values['partition'] == 'dirichlet' and 'partition' not in spec.splits
+          and 'dirichlet_alpha' in spec.splits):
+        del values['partition']  # the task's own split is Dirichlet label skew (digits)
+      unread = spec.unread_splits(set(values), values)
+      if unread and given:
+        reads = (', '.join(f'--{o}' for o in sorted(spec.splits)) if spec.splits else
+                 'none: its clients are fixed by the data')
+        raise ListFlagError(
+            f'--splits/--unbalanced_sigmas: {label!r} sets '
+            f'{", ".join("--" + o for o in unread)}, which task {FLAGS.task!r} does not '
+            f'read (it reads {reads}); give the settings it has, or leave --splits and '
+            '--unbalanced_sigmas unset')
+      if unread:  # a default setting the task cannot have
+        left_out.append(label)
+        continue
     out.append((label, values))
-  return out
+  if left_out:
+    running = (f'running {", ".join(label for label, _ in out)}' if out else
+               'one setting: its own clients')
+    print(f'note: task {FLAGS.task!r} cannot split as the default --splits '
+          f'{", ".join(left_out)}; {running}', file=sys.stderr)
+  return out or [('natural', {})]
 
 
 def clients_per_round(participation: float, num_clients: int) -> int:

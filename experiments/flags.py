@@ -331,8 +331,9 @@ def validate(grid: bool = False, args: Optional[TrainerArgs] = None,
     hp = hparams(grid, a)
     hp.check_ranges()
     if a.local_steps is not None and {'local_steps', 'client_epochs_per_round'} <= a.given:
-      raise ValueError('--local_steps and --client_epochs_per_round both given: K steps '
-                       'replace the epochs (they were dropped without a word); give one')
+      raise ValueError('--local_steps (K) and --client_epochs_per_round both set: K steps '
+                       'replace the epochs (they were dropped without a word); leave '
+                       '--client_epochs_per_round unset, or --local_steps for epochs')
     registry.check_flags(a.algorithm, hp)  # no TensorFlow up to here
     for warning in set(flag_rules.warnings(a.algorithm, hp)) - _WARNED:
       _WARNED.add(warning)  # once a process: a grid validates each run twice

@@ -61,7 +61,7 @@ BAD_FLAGS = [
     ('--algorithm=scaffold --local_steps=-2', '--local_steps must be >= 1'),
     ('--client_epochs_per_round=0', '--client_epochs_per_round must be >= 1'),
     ('--local_steps=5 --client_epochs_per_round=3',
-     '--local_steps and --client_epochs_per_round both given'),
+     '--local_steps (K) and --client_epochs_per_round both set'),
     ('--algorithm=fedsgd --local_steps=5', 'fedsgd does not use --local_steps'),
     ('--algorithm=kmaml --client_optimizer=adam', 'does not use --client_optimizer'),
     ('--algorithm=local_update --server_lr_decay=0.9', 'does not use --server_lr_decay'),

@@ -201,3 +201,29 @@ def test_a_target_metric_that_no_run_has_is_noted(tmp_path):
   assert 'eval/sparse_categorical_accuracy' in notes[0]
   assert json.loads(res.stdout.strip().splitlines()[-1])['cells'] == {
       'iid|p1|0.5': {'fedavg': '1+'}}
+
+
+def test_a_task_with_its_own_split_runs_the_settings_it_has(tmp_path):
+  """feddyn set --partition for every setting, and the trainer now refuses a
+  split flag the task does not read: `--task=digits --splits=dirichlet:0.3`
+  could not run at all. Now a Dirichlet setting on digits (whose split is
+  Dirichlet label skew) sets only alpha, a split the task cannot have is
+  refused when asked for and left out (with a note) when it is a default."""
+  res = _run_main('--task=digits', '--splits=dirichlet:0.3', '--algorithms=fedavg',
+                  '--participations=1', '--run_seeds=0', '--total_rounds=1', '--targets=0.5',
+                  f'--root_output_dir={tmp_path / "root"}', cwd=tmp_path)
+  assert res.returncode == 0, res.stderr[-3000:]
+  summary = next(l for l in reversed(res.stdout.splitlines()) if l.startswith('{'))
+  assert 'dirichlet0.3|p1|0.5' in json.loads(summary)['cells']
+  res = _run_main('--task=digits', '--splits=iid', *SMALL[1:],
+                  f'--root_output_dir={tmp_path / "root2"}', cwd=tmp_path)
+  _assert_refused_before_tensorflow(res, "'iid' sets --partition, which task 'digits' does "
+                                         'not read (it reads --dirichlet_alpha)')
+  from absl import flags
+  from experiments import feddyn
+  flags.FLAGS.unparse_flags()
+  flags.FLAGS(['feddyn', '--task=emnist_character'])
+  try:
+    assert feddyn.settings() == [('natural', {})]  # TFF's writers: one setting
+  finally:
+    flags.FLAGS.unparse_flags()

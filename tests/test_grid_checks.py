@@ -178,12 +178,11 @@ def test_a_grid_refusal_names_the_grids_own_flags(tmp_path):
 
 
 def test_flag_names_of_refusals_are_the_binarys():
-  from tff_algos import run_dir, run_outputs
-  from tff_algos.errors import UserError
+  from tff_algos import run_dir
   saved = dict(run_dir.FLAG_NAMES)
   try:
-    run_dir.set_flag_names(name='--root_output_dir', rounds='--rounds')
-    assert run_dir.restart_fix() == run_dir.RESTART_FIX
+    run_dir.set_flag_names(name='--root_output_dir', restart='--fresh')
+    assert run_dir.restart_fix() == 'pass --fresh to delete its outputs and start the run over'
     with pytest.raises(ValueError, match='unknown flag roles'):
       run_dir.set_flag_names(grid='--x')
   finally:
@@ -192,4 +191,3 @@ def test_flag_names_of_refusals_are_the_binarys():
                        ('fedgbo', '--grid_name'), ('local_update_decay', '--root_output_dir')):
     source = open(os.path.join(ROOT, 'experiments', f'{binary}.py')).read()
     assert f"run_dir.set_flag_names(name='{name}'" in source, binary
-  del run_outputs, UserError

@@ -193,3 +193,20 @@ def test_unknown_algorithm_names_are_said_one_way_in_every_binary():
     source = open(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                'experiments', f'{binary}.py')).read()
     assert "registry.unknown(" in source and 'not in registry.ALGORITHMS' not in source, binary
+
+
+def test_grids_drop_uniform_weighting_for_the_equal_weighted_algorithms():
+  """The trainer refuses --uniform_weighting for FedDyn/SCAFFOLD (their means
+  are equal-weighted already); a grid's FedAvg beside them takes it (fedgbo
+  sets it for every run, feddyn's README gives it for FedAvg/FedProx), so the
+  grid drops it for those two with a note instead of refusing the grid."""
+  hp = HParams(uniform_weighting=True)
+  assert registry.for_algorithm('feddyn', hp).uniform_weighting is False
+  assert registry.for_algorithm('scaffold', hp).uniform_weighting is False
+  assert registry.for_algorithm('fedavg', hp).uniform_weighting is True
+  registry.check_flags('scaffold', registry.for_algorithm('scaffold', hp))  # not refused
+  with pytest.raises(ValueError, match='scaffold does not use --uniform_weighting'):
+    registry.check_flags('scaffold', hp)
+  assert registry.ignored_flags(['fedavg', 'feddyn', 'scaffold'], hp) == {
+      'uniform_weighting': ['feddyn', 'scaffold']}
+  assert registry.ignored_flags(['fedavg', 'feddyn'], HParams()) == {}

@@ -141,6 +141,12 @@ def mime(name: str):
   return check
 
 
+# Algorithms whose server means weight the clients equally by construction:
+# --uniform_weighting changes nothing for them (refused by the trainer, dropped
+# with a note in grids).
+EQUAL_WEIGHTED = ('feddyn', 'scaffold')
+
+
 def feddyn(hp: HParams) -> None:
   keep_defaults('feddyn', hp, CLIENT_SGD, 'feddyn clients run plain SGD')
   keep_defaults('feddyn', hp, ('uniform_weighting',),

@@ -46,7 +46,8 @@ class HParams:
   server_lr_decay: float = _flag(1.0, 'd_eta: eta_t = eta_0 d_eta^t.')
   uniform_weighting: bool = _flag(False, "Weight clients equally, 1/M (TFF's "
                                          'ClientWeighting.UNIFORM), not by examples n_i '
-                                         '(NUM_EXAMPLES).')
+                                         '(NUM_EXAMPLES). FedDyn and SCAFFOLD weight '
+                                         'equally already (refused for them).')
   token_weighting: bool = _flag(False, 'fedavg: weight clients by their non-padding target '
                                        "tokens (Reddi et al.'s code for Shakespeare and "
                                        'StackOverflow NWP), not by examples n_i.')

@@ -154,15 +154,21 @@ def ignored_flags(names, hp: HParams) -> dict[str, list[str]]:
   """Algorithm-specific flags set in `hp` -> the algorithms of `names` that do not
   use them (a grid runs those without; its binary says so)."""
   ignoring = {flag: [n for n in names if n not in users] for flag, users in _set_flags(hp)}
+  if hp.uniform_weighting:
+    ignoring['uniform_weighting'] = [n for n in names if n in rules.EQUAL_WEIGHTED]
   return {flag: ignored for flag, ignored in ignoring.items() if ignored}
 
 
 def for_algorithm(name: str, hp: HParams) -> HParams:
   """`hp` with other algorithms' specific flags at their defaults (for grids
-  that pass one set of flags to several algorithms)."""
+  that pass one set of flags to several algorithms), and --uniform_weighting
+  unset for the algorithms whose means are equal-weighted already (the trainer
+  refuses it for them; a grid's FedAvg beside them takes it)."""
   defaults = HParams()
   reset = {flag: getattr(defaults, flag) for flag, users in ALGORITHM_SPECIFIC_FLAGS.items()
            if name not in users}
+  if name in rules.EQUAL_WEIGHTED:
+    reset['uniform_weighting'] = defaults.uniform_weighting
   return dataclasses.replace(hp, **reset)
 
 

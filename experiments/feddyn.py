@@ -134,8 +134,9 @@ def settings() -> list[tuple[str, dict]]:
   spec = next((t for t in catalog.TASKS if t.name == FLAGS.task), None)
   given = FLAGS['splits'].present or FLAGS['unbalanced_sigmas'].present
   out, left_out = [], []
+  parsed = {split: parse_split(split) for split in FLAGS.splits}  # every item's form first
   for split, sigma in itertools.product(FLAGS.splits, sigmas):
-    values = dict(parse_split(split), unbalanced_sigma=sigma)
+    values = dict(parsed[split], unbalanced_sigma=sigma)
     label = split.replace(':', '') + ('' if sigma == 0 else f'_unbal{sigma:g}')
     if spec is not None:  # (an unknown task is refused by the runs' checks)
       if (values['partition'] == 'dirichlet' and 'partition' not in spec.splits

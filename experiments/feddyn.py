@@ -130,8 +130,8 @@ def settings() -> list[tuple[str, dict]]:
     raise ValueError('--heterogeneities applies to --task=synthetic_logistic only')
   if not FLAGS.splits:
     raise ListFlagError(f'--splits is empty; give {SPLITS_EXPECTED}')
-  from tasks import catalog  # pylint: disable=g-import-not-at-top
-  spec = next((t for t in catalog.TASKS if t.name == FLAGS.task), None)
+  from tasks import list_tasks  # pylint: disable=g-import-not-at-top
+  spec = list_tasks().get(FLAGS.task)
   given = FLAGS['splits'].present or FLAGS['unbalanced_sigmas'].present
   out, left_out = [], []
   parsed = {split: parse_split(split) for split in FLAGS.splits}  # every item's form first

@@ -275,10 +275,9 @@ def synthetic_unread(task: str) -> str:
           f"TFF's datasets have one: {', '.join(readers)}); drop the flag")
 
 
-def split_unread(task: str, unread: Sequence[str]) -> str:
-  """The refusal of split flags that the task's split does not read."""
-  from tasks import catalog  # pylint: disable=g-import-not-at-top
-  spec = next(t for t in catalog.TASKS if t.name == task)
+def split_unread(spec, unread: Sequence[str]) -> str:
+  """The refusal of split flags that the task (`spec`, its `TaskSpec`) does not read."""
+  task = spec.name
   reads = (f'its split reads only {", ".join("--" + o for o in sorted(spec.splits))}'
            if spec.splits else 'its clients are fixed by the data or the task')
   them = 'it' if len(unread) == 1 else 'them'
@@ -348,7 +347,7 @@ def validate(grid: bool = False, args: Optional[TrainerArgs] = None,
       raise ValueError(synthetic_unread(a.task))
     unread = spec.unread_splits(a.given, a.values)
     if unread:  # ignored too: digits split by label skew under --partition=iid
-      raise ValueError(split_unread(a.task, unread))
+      raise ValueError(split_unread(spec, unread))
     if hp.token_weighting and not spec.tokens:
       raise ValueError(tokens_unread(a.task))
     config = run_config(None, a)

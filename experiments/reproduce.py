@@ -405,13 +405,9 @@ def _check_command_line():
 def _unusable(path: str) -> Optional[OSError]:
   """Why `path` cannot be a directory (the nearest existing path at or above
   it is a file), or None; nothing is created."""
-  path = os.path.abspath(path)
-  while not os.path.exists(path):
-    parent = os.path.dirname(path)
-    if parent == path:
-      return None
-    path = parent
-  if os.path.isdir(path):
+  missing = common.dirs_to_create(path)
+  existing = os.path.dirname(missing[-1]) if missing else os.path.abspath(path)
+  if os.path.isdir(existing):
     return None
   return OSError(errno.ENOTDIR, os.strerror(errno.ENOTDIR))
 
@@ -441,15 +437,10 @@ def _report(root: str, shown: dict[str, base.Experiment], one: bool) -> int:
   return 0
 
 
-def _user_message(error: Exception) -> str:
-  """A refusal of a run directory said in reproduce's flags (it names each
-  run's directory itself: no --experiment_name)."""
-  return str(error).replace('choose another --experiment_name',
-                            'choose another --root_output_dir')
-
-
 def main(argv):
   del argv  # `common.run` refuses positional arguments
+  # reproduce names each run's directory itself (no --experiment_name).
+  run_dir.set_flag_names(name='--root_output_dir')
   _check_command_line()
   from experiments import configs
   experiments = configs.all_experiments()
@@ -509,7 +500,7 @@ def main(argv):
     if isinstance(e, MissingData):
       # reproduce has no --use_synthetic_data: its offline check is --scale=smoke.
       return common.fail(e.offline_instead(SMOKE_INSTEAD))
-    return common.fail(_user_message(e))
+    return common.fail(e)
   print(result['table'])
   print(f'result: {os.path.join(out_dir, "result.json")}  plot: {result["plot"]}')
   return 0

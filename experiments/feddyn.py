@@ -345,18 +345,7 @@ def _record(results, curves, rows, model_bytes, key: dict, targets):
         models_transmitted=res.models_transmitted, total_models=res.total_models,
         rounds_run=res.rounds_run, final_value=res.final_value,
         models_per_round=per_round[0] if per_round else math.nan))
-  return None if pts else metric_names(rows)
-
-
-def metric_names(rows) -> list[str]:
-  """The metrics.csv columns a target could refer to: the evaluation's metrics,
-  then the clients' training metrics (not the test set's or a round's sizes)."""
-  train = []
-  for row in rows:
-    for k in row:
-      if '/train/' in k and k not in train and not k.endswith(report.COUNTS):
-        train.append(k)
-  return report.eval_metric_names(rows) + train
+  return None if pts else report.metric_names(rows)
 
 
 def note_missing_metric(lacking: list[tuple[str, list[str]]], runs: int, metric: str) -> None:

@@ -199,18 +199,7 @@ def _train_one(item: dict) -> tuple[int, dict]:
       upload_bytes=result.summary['totals']['upload_bytes'],
       model_weights=result.model_weights,
       # Its metrics, where it has no --select_metric (`note_missing_metric`).
-      metrics=metric_names(rows) if missing else None)
-
-
-def metric_names(rows) -> list[str]:
-  """The metrics.csv columns a run could be scored by: its evaluation's metrics,
-  then its clients' training metrics (not the test set's or a round's sizes)."""
-  train = []
-  for row in rows:
-    for k in row:
-      if '/train/' in k and k not in train and not k.endswith(report.COUNTS):
-        train.append(k)
-  return report.eval_metric_names(rows) + train
+      metrics=report.metric_names(rows) if missing else None)
 
 
 def note_missing_metric(results: list[dict], keys: list[str], metric: str) -> None:

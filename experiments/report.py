@@ -34,6 +34,17 @@ def eval_metric_names(rows: Sequence[dict]) -> list[str]:
   return names
 
 
+def metric_names(rows: Sequence[dict]) -> list[str]:
+  """The metrics.csv columns a run could be scored by: its evaluation's metrics,
+  then its clients' training metrics (not the test set's or a round's sizes)."""
+  train = []
+  for row in rows:
+    for k in row:
+      if '/train/' in k and k not in train and not k.endswith(COUNTS):
+        train.append(k)
+  return eval_metric_names(rows) + train
+
+
 def format_table(header: Sequence[str], rows: Iterable[Sequence], floatfmt: str = '.4f') -> str:
   def fmt(v):
     if isinstance(v, float):

@@ -72,6 +72,19 @@ BAD_FLAGS = [
     ('--algorithm=feddyn --uniform_weighting', 'feddyn does not use --uniform_weighting'),
     ('--algorithm=scaffold --uniform_weighting', 'scaffold does not use --uniform_weighting'),
     ('--algorithm=local_update_decay --decay_min_delta=-1', '--decay_min_delta must be >= 0'),
+    # digits splits by Dirichlet label skew whatever --partition says, and
+    # --token_weighting on a task without token sequences weighted each client
+    # by its labels that are not 0: both ran without a word.
+    ('--partition=iid', "--partition: task 'digits' does not use it (its split reads only "
+                        '--dirichlet_alpha'),
+    ('--partition=sorted --unbalanced_sigma=0.3',
+     "--partition, --unbalanced_sigma: task 'digits' does not use them"),
+    ('--task=emnist_character --dirichlet_alpha=0.1',
+     "--dirichlet_alpha: task 'emnist_character' does not use it (its clients are fixed"),
+    ('--task=shakespeare_003 --dirichlet_alpha=0.1', "task 'shakespeare_003' does not use"),
+    ('--token_weighting', "--token_weighting: task 'digits' has no padded token sequences"),
+    ('--task=emnist_character --token_weighting',
+     'the tasks that have them: shakespeare_character, stackoverflow_word'),
 ]
 
 
@@ -263,35 +276,6 @@ def test_importing_tensorflow_under_a_binary_prints_no_factory_errors():
                         capture_output=True, text=True, timeout=300)
   assert loud.returncode == 0 and loud.stdout == '3\n', loud.stderr[-3000:]
   assert loud.stderr.count('Unable to register') == 3, loud.stderr
-
-
-@pytest.mark.parametrize('flag,message', [
-    ('--partition=iid', "--partition: task 'digits' does not use it (its split reads only "
-                        '--dirichlet_alpha'),
-    ('--partition=sorted --unbalanced_sigma=0.3',
-     "--partition, --unbalanced_sigma: task 'digits' does not use them"),
-    ('--task=emnist_character --dirichlet_alpha=0.1',
-     "--dirichlet_alpha: task 'emnist_character' does not use it (its clients are fixed"),
-    ('--task=shakespeare_003 --dirichlet_alpha=0.1', "task 'shakespeare_003' does not use"),
-    ('--token_weighting', "--token_weighting: task 'digits' has no padded token sequences"),
-    ('--task=emnist_character --token_weighting',
-     'the tasks that have them: shakespeare_character, stackoverflow_word'),
-])
-def test_split_and_weighting_flags_a_task_ignores_are_refused(flag, message):
-  """digits splits by Dirichlet label skew whatever --partition says, and
-  --token_weighting on a task without token sequences weighted each client by
-  its labels that are not 0: both ran without a word."""
-  from absl import flags
-  from experiments import flags as trainer_flags
-  import experiments.train  # noqa: F401  (defines the binary's own flags)
-  FLAGS = flags.FLAGS
-  FLAGS.unparse_flags()
-  try:
-    FLAGS(['train', *flag.split()])
-    with pytest.raises(trainer_flags.FlagError, match=re.escape(message)):
-      trainer_flags.validate()
-  finally:
-    FLAGS.unparse_flags()
 
 
 def test_split_flags_pass_where_the_task_reads_them():

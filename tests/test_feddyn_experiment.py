@@ -8,6 +8,8 @@ import sys
 
 import pytest
 
+from binaries import assert_refused, run_binary
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # The paper's four methods, all registered in tff_algos.registry.
 ALGORITHMS = ('feddyn', 'scaffold', 'fedavg', 'fedprox')
@@ -100,27 +102,9 @@ SMALL = ('--algorithms=fedavg', '--participations=1', '--splits=iid', '--num_cli
 
 
 def _run_main(*args, cwd, timeout=300):
-  """The binary as `python -m experiments.feddyn` runs it (its defaults set),
-  in `cwd`, with 'TF loaded: <bool>' printed on stdout on the way out: a
-  refusal can be said to come before TensorFlow loads without timing it."""
-  code = ('import runpy, sys\n'
-          f'sys.argv = {["feddyn", *args, "--noprogress"]!r}\n'
-          'try:\n  runpy.run_module("experiments.feddyn", run_name="__main__")\n'
-          'finally:\n  print("TF loaded:", "tensorflow" in sys.modules)\n')
-  return subprocess.run([sys.executable, '-c', code], cwd=cwd, capture_output=True, text=True,
-                        timeout=timeout, env=dict(os.environ, PYTHONPATH=ROOT))
+  """The binary as `python -m experiments.feddyn` runs it (its defaults set)."""
+  return run_binary('feddyn', *args, '--noprogress', cwd=cwd, timeout=timeout, as_main=True)
 
-
-def _assert_refused_before_tensorflow(res, *fragments):
-  out = res.stdout + res.stderr
-  assert res.returncode == 2, out[-3000:]
-  assert 'Traceback' not in out, out[-3000:]
-  lines = res.stderr.strip().splitlines()
-  assert lines and lines[-1].startswith('error:'), res.stderr[-3000:]
-  assert [l for l in lines if l.startswith('error:')] == lines[-1:], res.stderr[-3000:]
-  for fragment in fragments:
-    assert fragment in lines[-1], lines[-1]
-  assert 'TF loaded: False' in res.stdout, out[-3000:]
 
 
 @pytest.mark.parametrize('flag,instead', [
@@ -134,14 +118,14 @@ def test_trainer_flags_the_grid_sets_itself_are_refused(tmp_path, flag, instead)
   defines the trainer's flags) and ignored: every run took the grid's own
   values (--algorithm=scaffold still ran all --algorithms)."""
   res = _run_main(*SMALL, flag, f'--root_output_dir={tmp_path / "root"}', cwd=tmp_path)
-  _assert_refused_before_tensorflow(res, flag.split('=')[0] + ' is not read', f'use {instead}')
+  assert_refused(res, flag.split('=')[0] + ' is not read', f'use {instead}')
   assert os.listdir(tmp_path) == []
 
 
 def test_synthetic_heterogeneity_is_refused_for_synthetic_logistic_only(tmp_path):
   res = _run_main('--task=synthetic_logistic', '--synthetic_heterogeneity=type1', *SMALL,
                   f'--root_output_dir={tmp_path / "root"}', cwd=tmp_path)
-  _assert_refused_before_tensorflow(res, '--synthetic_heterogeneity', '--heterogeneities')
+  assert_refused(res, '--synthetic_heterogeneity', '--heterogeneities')
   assert os.listdir(tmp_path) == []
 
 
@@ -149,7 +133,7 @@ def test_a_name_outside_the_root_is_refused(tmp_path):
   """--name=../escape wrote the grid next to --root_output_dir."""
   res = _run_main(*SMALL, '--name=../escape', f'--root_output_dir={tmp_path / "root"}',
                   cwd=tmp_path)
-  _assert_refused_before_tensorflow(res, '--name must be one directory name', '../escape')
+  assert_refused(res, '--name must be one directory name', '../escape')
   assert os.listdir(tmp_path) == []
 
 
@@ -158,8 +142,7 @@ def test_a_reference_algorithm_not_in_the_grid_is_refused(tmp_path):
   quietly: every ratio was to another method than asked for."""
   res = _run_main(*SMALL[1:], '--algorithms=fedavg,scaffold', '--reference_algorithm=scafold',
                   f'--root_output_dir={tmp_path / "root"}', cwd=tmp_path)
-  _assert_refused_before_tensorflow(res, "--reference_algorithm='scafold'",
-                                    'choose from fedavg, scaffold')
+  assert_refused(res, "--reference_algorithm='scafold'", 'choose from fedavg, scaffold')
   assert os.listdir(tmp_path) == []
 
 
@@ -174,7 +157,7 @@ def test_a_percentage_target_of_an_accuracy_is_refused(tmp_path):
   feddyn.check_targets([0.85, 1.0], 'eval/sparse_categorical_accuracy')
   res = _run_main(*SMALL, '--targets=0.5,85', f'--root_output_dir={tmp_path / "root"}',
                   cwd=tmp_path)
-  _assert_refused_before_tensorflow(res, '--targets: 85 is above 1', 'write 0.85')
+  assert_refused(res, '--targets: 85 is above 1', 'write 0.85')
   assert os.listdir(tmp_path) == []
 
 
@@ -217,8 +200,8 @@ def test_a_task_with_its_own_split_runs_the_settings_it_has(tmp_path):
   assert 'dirichlet0.3|p1|0.5' in json.loads(summary)['cells']
   res = _run_main('--task=digits', '--splits=iid', *SMALL[1:],
                   f'--root_output_dir={tmp_path / "root2"}', cwd=tmp_path)
-  _assert_refused_before_tensorflow(res, "'iid' sets --partition, which task 'digits' does "
-                                         'not read (it reads --dirichlet_alpha)')
+  assert_refused(res, "'iid' sets --partition, which task 'digits' does not read (it "
+                      'reads --dirichlet_alpha)')
   from absl import flags
   from experiments import feddyn
   flags.FLAGS.unparse_flags()

@@ -10,6 +10,7 @@ import sys
 import numpy as np
 import pytest
 
+from binaries import assert_refused, run_binary
 from experiments import report
 from tasks import sent140
 
@@ -191,28 +192,8 @@ SMALL = ('--tasks=digits', '--ks=1', '--algorithms=fedavg', '--total_rounds=1',
 
 
 def _run_main(*args, cwd, timeout=300):
-  """The binary run through `common.run` in `cwd`, with 'TF loaded: <bool>'
-  printed on stdout on the way out: a refusal can be said to come before
-  TensorFlow loads without timing it."""
-  code = ('import sys\n'
-          f'sys.argv = {["fedgbo", *args, "--noprogress"]!r}\n'
-          'from experiments import common, fedgbo\n'
-          'try:\n  common.run(fedgbo.main)\n'
-          'finally:\n  print("TF loaded:", "tensorflow" in sys.modules)\n')
-  return subprocess.run([sys.executable, '-c', code], cwd=cwd, capture_output=True, text=True,
-                        timeout=timeout, env=dict(os.environ, PYTHONPATH=ROOT))
+  return run_binary('fedgbo', *args, '--noprogress', cwd=cwd, timeout=timeout)
 
-
-def _assert_refused_before_tensorflow(res, *fragments):
-  out = res.stdout + res.stderr
-  assert res.returncode == 2, out[-3000:]
-  assert 'Traceback' not in out, out[-3000:]
-  lines = res.stderr.strip().splitlines()
-  assert lines and lines[-1].startswith('error:'), res.stderr[-3000:]
-  assert [l for l in lines if l.startswith('error:')] == lines[-1:], res.stderr[-3000:]
-  for fragment in fragments:
-    assert fragment in lines[-1], lines[-1]
-  assert 'TF loaded: False' in res.stdout, out[-3000:]
 
 
 @pytest.mark.parametrize('flag,instead', [
@@ -224,7 +205,7 @@ def test_trainer_flags_the_binary_sets_itself_are_refused(tmp_path, flag, instea
   every run) were accepted, as trainer flags, and ignored; --task replaced
   every preset's task under the preset's name."""
   res = _run_main(*SMALL, flag, f'--root_output_dir={tmp_path / "root"}', cwd=tmp_path)
-  _assert_refused_before_tensorflow(res, flag.split('=')[0] + ' is not read', f'use {instead}')
+  assert_refused(res, flag.split('=')[0] + ' is not read', f'use {instead}')
   assert os.listdir(tmp_path) == []
 
 
@@ -232,7 +213,7 @@ def test_a_grid_name_outside_the_root_is_refused(tmp_path):
   """--grid_name=../x wrote the grid next to --root_output_dir."""
   res = _run_main(*SMALL, '--grid_name=../x', f'--root_output_dir={tmp_path / "root"}',
                   cwd=tmp_path)
-  _assert_refused_before_tensorflow(res, '--grid_name must be one directory name', '../x')
+  assert_refused(res, '--grid_name must be one directory name', '../x')
   assert os.listdir(tmp_path) == []
 
 
@@ -248,7 +229,7 @@ def test_bad_algorithm_flags_are_refused_before_tensorflow(tmp_path, spec, fragm
   does not take was refused only after TensorFlow loaded, without its flag."""
   res = _run_main(*SMALL, f'--algorithm_flags={spec}', f'--root_output_dir={tmp_path / "root"}',
                   cwd=tmp_path)
-  _assert_refused_before_tensorflow(res, '--algorithm_flags', *fragments)
+  assert_refused(res, '--algorithm_flags', *fragments)
   assert os.listdir(tmp_path) == []
 
 

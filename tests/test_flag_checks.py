@@ -13,41 +13,13 @@ import sys
 
 import pytest
 
+from binaries import assert_refused, run_binary
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # The binaries that start through `common.run` (and so share its checks).
 BINARIES = sorted(os.path.basename(p)[:-3]
                   for p in glob.glob(os.path.join(ROOT, 'experiments', '*.py'))
                   if 'common.run(' in open(p).read() and not p.endswith('common.py'))
-
-
-def run_binary(binary, *argv, cwd, setup='', timeout=120):
-  """`python -m experiments.<binary> argv...` as the binaries run it
-  (`common.run(main)`), in `cwd` (a test's own directory: a binary that is
-  not refused writes its default output directory there, not in the
-  repository), with 'TF loaded: <bool>' printed on stdout on the way
-  out, so that a test can say the answer came before TensorFlow was imported
-  (a time limit would be flaky on a loaded machine). `setup`: code run first."""
-  code = (f'import sys; sys.argv = {[binary, *argv]!r}\n{setup}\n'
-          f'from experiments import common, {binary} as binary\n'
-          'try:\n  common.run(binary.main)\n'
-          'finally:\n  print("TF loaded:", "tensorflow" in sys.modules)\n')
-  return subprocess.run([sys.executable, '-c', code], cwd=cwd, capture_output=True,
-                        text=True, timeout=timeout, env=dict(os.environ, PYTHONPATH=ROOT))
-
-
-def assert_refused(res, *fragments, before_tensorflow=True):
-  """Exit 2; stderr's last line, its only 'error:' line, holds `fragments`;
-  no traceback; TensorFlow not imported (unless `before_tensorflow` is False)."""
-  out = res.stdout + res.stderr
-  assert res.returncode == 2, out[-3000:]
-  assert 'Traceback' not in out, out[-3000:]
-  lines = res.stderr.strip().splitlines()
-  assert lines and lines[-1].startswith('error:'), res.stderr[-3000:]
-  assert [l for l in lines if l.startswith('error:')] == lines[-1:], res.stderr[-3000:]
-  for fragment in fragments:
-    assert fragment in lines[-1], lines[-1]
-  if before_tensorflow:
-    assert 'TF loaded: False' in res.stdout, out[-3000:]
 
 
 @pytest.mark.parametrize('binary,argv,fragment', [

@@ -10,6 +10,8 @@ import types
 import numpy as np
 import pytest
 
+from binaries import assert_refused, run_binary
+
 from experiments import reproduce
 from experiments.configs import base
 
@@ -769,30 +771,9 @@ def test_an_experiment_binary_writes_where_reproduce_runs(tmp_path, monkeypatch)
 # ------------------------------------------ reproduce's command line, end to end
 
 def _reproduce(*argv, cwd, timeout=120):
-  """`python -m experiments.reproduce argv...` through `common.run`, in `cwd`,
-  with 'TF loaded: <bool>' printed on stdout on the way out (as
-  tests/test_flag_checks.py's run_binary): a refusal can be shown to come
-  before TensorFlow was imported."""
-  code = (f'import sys; sys.argv = {["reproduce", *argv]!r}\n'
-          'from experiments import common, reproduce\n'
-          'try:\n  common.run(reproduce.main)\n'
-          'finally:\n  print("TF loaded:", "tensorflow" in sys.modules)\n')
-  return subprocess.run([sys.executable, '-c', code], cwd=cwd, capture_output=True,
-                        text=True, timeout=timeout, env=dict(os.environ, PYTHONPATH=ROOT))
+  return run_binary('reproduce', *argv, cwd=cwd, timeout=timeout)
 
 
-def _refused(res, *fragments, before_tensorflow=True):
-  """Exit 2, one `error:` line (the last) holding `fragments`, no traceback."""
-  out = res.stdout + res.stderr
-  assert res.returncode == 2, out[-3000:]
-  assert 'Traceback' not in out, out[-3000:]
-  lines = res.stderr.strip().splitlines()
-  assert [l for l in lines if l.startswith('error:')] == lines[-1:], res.stderr[-3000:]
-  for fragment in fragments:
-    assert fragment in lines[-1], lines[-1]
-  if before_tensorflow:
-    assert 'TF loaded: False' in res.stdout, out[-3000:]
-  return lines[-1]
 
 
 def test_reproduce_refuses_trainer_flags_it_does_not_pass_on(tmp_path):
@@ -802,8 +783,8 @@ def test_reproduce_refuses_trainer_flags_it_does_not_pass_on(tmp_path):
   res = _reproduce('--experiment=fedopt_baselines_emnist_cr_fedavg', '--scale=smoke',
                    '--total_rounds=1', '--client_learning_rate=0.5', '--experiment_name=zzz',
                    cwd=tmp_path)
-  said = _refused(res, '--client_learning_rate, --experiment_name, --total_rounds',
-                  "the paper's", 'python -m experiments.train', '--print_commands')
+  said = assert_refused(res, '--client_learning_rate, --experiment_name, --total_rounds',
+                        "the paper's", 'python -m experiments.train', '--print_commands')
   for name in reproduce.PASSED_THROUGH:  # what it does take, named
     assert f'--{name}' in said
   assert os.listdir(tmp_path) == []  # no runs/ written
@@ -848,8 +829,8 @@ def test_reproduce_passes_cache_dir_to_binaries_that_read_it(tmp_path):
   directory's (the binary runs from the repository's root)."""
   res = _reproduce('--experiment=local_update_fig8_emnist', '--scale=full', '--cache_dir=cache',
                    '--root_output_dir=out', cwd=tmp_path)
-  said = _refused(res, f'{tmp_path}/cache/emnist_all.sqlite', '--cache_dir', '--scale=smoke',
-                  before_tensorflow=False)
+  said = assert_refused(res, f'{tmp_path}/cache/emnist_all.sqlite', '--cache_dir',
+                        '--scale=smoke', before_tensorflow=False)
   assert '--use_synthetic_data' not in said
   assert not (tmp_path / 'out').exists()
   from experiments import configs
@@ -867,8 +848,8 @@ def test_reproduce_restart_starts_a_different_run_over(tmp_path):
   (run / 'run_identity.json').write_text('{"task": "another"}')
   args = ('--experiment=fedopt_baselines_emnist_cr_fedavg', f'--root_output_dir={tmp_path}',
           '--noprogress')
-  _refused(_reproduce(*args, cwd=tmp_path), 'holds a different run',
-           'choose another --root_output_dir', 'pass --restart', before_tensorflow=False)
+  assert_refused(_reproduce(*args, cwd=tmp_path), 'holds a different run',
+                 'choose another --root_output_dir', 'pass --restart', before_tensorflow=False)
   res = _reproduce(*args, '--restart', cwd=tmp_path)
   assert res.returncode == 0, res.stderr[-3000:]
   assert '--restart removed the earlier run' in res.stderr
@@ -881,8 +862,8 @@ def test_reproduce_restart_of_a_binary_experiment_says_what_to_do(tmp_path, monk
   reproduce's remedy. local_update_decay gets it passed on."""
   res = _reproduce('--experiment=nastya_mushrooms_fig2', '--restart',
                    '--root_output_dir=out', cwd=tmp_path)
-  _refused(res, '--restart', 'experiments.nastya',
-           'remove out/smoke/nastya_mushrooms_fig2', before_tensorflow=False)
+  assert_refused(res, '--restart', 'experiments.nastya',
+                 'remove out/smoke/nastya_mushrooms_fig2', before_tensorflow=False)
   assert not (tmp_path / 'out').exists()
   from absl import flags
   from experiments import configs
@@ -916,7 +897,7 @@ def test_reproduce_restart_of_a_binary_experiment_says_what_to_do(tmp_path, monk
 def test_reproduce_refuses_two_modes_at_once(tmp_path, argv, fragment):
   """`--list --print_commands` listed, its --print_commands ignored (and so on)."""
   res = _reproduce(*argv, f'--root_output_dir={tmp_path}/out', cwd=tmp_path)
-  _refused(res, fragment)
+  assert_refused(res, fragment)
   assert res.stdout.strip() == 'TF loaded: False' and not (tmp_path / 'out').exists()
 
 
@@ -933,8 +914,8 @@ def test_report_without_results_is_refused(tmp_path, where):
   if where == 'empty':
     root.mkdir()
   res = _reproduce('--report', f'--root_output_dir={root}', cwd=tmp_path)
-  _refused(res, f'no results under {root}', f'{root}/{{full,smoke}}/EXPERIMENT/result.json',
-           '--root_output_dir', before_tensorflow=False)
+  assert_refused(res, f'no results under {root}', f'{root}/{{full,smoke}}/EXPERIMENT/result.json',
+                 '--root_output_dir', before_tensorflow=False)
   assert root.exists() == (where != 'missing')
   assert not (root / 'report.md').exists()
 
@@ -957,5 +938,5 @@ def test_report_of_one_experiment_shows_that_experiment(tmp_path):
   assert not (tmp_path / 'report.md').exists()
   res = _reproduce('--report', '--experiment=fedopt_baselines_cifar10_fedavg',
                    f'--root_output_dir={tmp_path}', cwd=tmp_path)
-  _refused(res, 'no result of fedopt_baselines_cifar10_fedavg', '--experiment=fedopt_baselines_'
-           'cifar10_fedavg first', before_tensorflow=False)
+  assert_refused(res, 'no result of fedopt_baselines_cifar10_fedavg',
+                 '--experiment=fedopt_baselines_cifar10_fedavg first', before_tensorflow=False)

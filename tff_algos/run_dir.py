@@ -41,7 +41,8 @@ LOCK_FILE = 'run.lock'
 MANIFEST_FILE = 'checkpoints.json'
 CHECKPOINT_DIR = 'checkpoints'
 CHECKPOINT_PREFIX = 'round_'
-RESTART_FIX = 'pass --restart to delete its outputs and start the run over'
+_RESTART_FIX = 'pass {} to delete its outputs and start the run over'
+RESTART_FIX = _RESTART_FIX.format('--restart')  # as the trainer says it
 # The flags a refusal tells the user to change, as the running binary names
 # them: a grid's runs are named by --grid_name, not --experiment_name
 # (`set_flag_names`).
@@ -59,7 +60,7 @@ def set_flag_names(**names: str) -> None:
 
 def restart_fix() -> str:
   """`RESTART_FIX` in the running binary's words."""
-  return f'pass {FLAG_NAMES["restart"]} to delete its outputs and start the run over'
+  return _RESTART_FIX.format(FLAG_NAMES['restart'])
 
 
 STRUCTURE_PROBLEM = 'holds a state of another structure'

@@ -58,11 +58,20 @@ def wait_dead(pids, timeout_s=10.0) -> list[int]:
   deadline = time.monotonic() + timeout_s
   alive = list(pids)
   while alive and time.monotonic() < deadline:
-    alive = [p for p in alive if psutil.pid_exists(p) and
-             psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+    alive = [p for p in alive if _running(p)]
     if alive:
       time.sleep(0.1)
   return alive
+
+
+def _running(pid: int) -> bool:
+  """Whether `pid` is a live process (not a zombie). A process that exits
+  between two questions about it is not running: `status()` of a pid that
+  `pid_exists` had just seen raised NoSuchProcess (a flaky test)."""
+  try:
+    return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+  except psutil.NoSuchProcess:
+    return False
 
 
 @pytest.fixture(scope='session', autouse=True)

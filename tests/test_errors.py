@@ -16,6 +16,8 @@ import time
 
 import pytest
 
+from conftest import worker_pids_of
+
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BINARIES = sorted(os.path.basename(p)[:-3] for p in glob.glob(os.path.join(ROOT, 'experiments', '*.py'))
@@ -420,8 +422,7 @@ def test_a_dead_worker_is_one_error_line(tmp_path):
   import psutil
   proc = _start(tmp_path, '--backend=cpp')
   _wait_for_rows(tmp_path / 'run' / 'metrics.csv', 2, proc)
-  workers = [c for c in psutil.Process(proc.pid).children(recursive=True)
-             if 'worker_binary' in ' '.join(c.cmdline())]
+  workers = [psutil.Process(pid) for pid in worker_pids_of(proc.pid)]
   assert workers
   for w in workers:
     w.kill()

@@ -23,7 +23,7 @@ object (it also names the backend and the devices used).
 Every measurement runs on the backend chosen by --backend / --workers (see
 `tff_algos/runtime`); the pure-TF floor always runs in this process, i.e. on
 the GPU when TensorFlow sees one. (c) covers every algorithm of
-`tff_algos.registry` with default hyperparameters and K=10 local steps,
+`tff_algos.flags.registry` with default hyperparameters and K=10 local steps,
 over our FedAvg with the same client optimiser (those that need Adam over a
 FedAvg running Adam); --quick measures 1 round after 1 warm-up round for those. The JSON also
 holds the per-repetition ratios of (a), the wall seconds of each part, and
@@ -46,8 +46,8 @@ import time
 from absl import flags
 import numpy as np
 
-from experiments import common
-from experiments import runtime_flags
+from experiments.lib import common
+from experiments.lib import runtime_flags
 
 flags.adopt_module_key_flags(runtime_flags)  # --help lists them
 
@@ -145,7 +145,7 @@ class _PlainTF:
 def _model_timings(model: str, rounds: int, seed: int) -> dict:
   """(g): our FedAvg on `model` (CLIENTS x STEPS x BATCH, as (a)) and its floor,
   interleaved; medians."""
-  from tff_algos import fedopt
+  from tff_algos.algorithms import fedopt
   from tff_algos.core import optimizers
   task = _synthetic_task(model, CLIENTS, seed)
   sgd = optimizers.OptimizerSpec('sgd', 0.01)
@@ -194,7 +194,7 @@ class _Rounds:
 def _measure_round_costs(result: dict, ctx, rounds: int, phase_done) -> None:
   """(a)-(f) into `result`, on the backend of the installed context `ctx`."""
   import tensorflow_federated as tff
-  from tff_algos import fedopt
+  from tff_algos.algorithms import fedopt
   from tff_algos.core import optimizers
   task = _synthetic_task('emnist_cnn', 40, FLAGS.seed)
   data = {m: [task.client_dataset(c) for c in task.client_ids[:m]] for m in (10, 20, 40)}
@@ -249,7 +249,7 @@ def algorithm_rounds(name: str, task, data: list, candidates) -> tuple['_Rounds'
   """The registry's `name` built with the first of `candidates` (HParams) it
   accepts, as `_Rounds` on `data` (with fresh client states if it keeps them),
   and that candidate."""
-  from tff_algos import registry
+  from tff_algos.flags import registry
   from tff_algos.core import stateful_process
   error = None
   for hp in candidates:
@@ -278,9 +278,9 @@ def _per_algorithm(result: dict, task, data: list, fedavg, rounds: int) -> None:
   the SGD FedAvg is kept too (`per_algorithm_vs_sgd_fedavg`): Adam's own
   update costs ~1.3x SGD's per local step on this CNN (`experiments.step_cost`).
   """
-  from tff_algos import fedopt
-  from tff_algos import registry
-  from tff_algos.hparams import HParams
+  from tff_algos.algorithms import fedopt
+  from tff_algos.flags import registry
+  from tff_algos.flags.hparams import HParams
   from tff_algos.core import optimizers
   result['per_algorithm'] = {'fedavg': 1.0}
   pairs = result['per_algorithm_pairs'] = 3 if FLAGS.quick else rounds
@@ -336,7 +336,7 @@ def _peak_memory(result: dict, ctx) -> None:
 def _fixed_ms_per_round(sgd, rounds: int) -> float:
   """(f) the fixed cost of a round in milliseconds: nothing to compute."""
   from tasks import quadratic
-  from tff_algos import fedopt
+  from tff_algos.algorithms import fedopt
   toy = quadratic.build_quadratic(num_runs=1, num_clients=CLIENTS)
   toy_alg = fedopt.build_fedopt(toy.model_fn, fedopt.FedOptConfig(
       client_optimizer=sgd, local_steps=1, uniform_weighting=True))
@@ -368,7 +368,7 @@ def _row_walls(run_dir: str) -> dict[int, float]:
   """{round: `time.time()` when its TensorBoard row was written} of one run."""
   import glob
   import os
-  from tff_algos import run_outputs
+  from tff_algos.training import outputs as run_outputs
   walls = {}
   for path in glob.glob(os.path.join(run_dir, 'tb', 'events.out.tfevents.*')):
     for event in run_outputs._read_events(path):  # pylint: disable=protected-access
@@ -469,7 +469,7 @@ def main(argv):
   # (c) only filters the registry by --algorithms: an unknown name would be
   # dropped in silence, after minutes of benchmarking. (No TensorFlow in the
   # registry: this answers at once.)
-  from tff_algos import registry  # pylint: disable=g-import-not-at-top
+  from tff_algos.flags import registry  # pylint: disable=g-import-not-at-top
   if registry.unknown(FLAGS.algorithms or (), '--algorithms'):
     return common.fail(registry.unknown(FLAGS.algorithms, '--algorithms'))
   if FLAGS.models_only and not FLAGS.models:

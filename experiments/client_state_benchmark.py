@@ -32,7 +32,7 @@ import time
 from absl import flags
 import numpy as np
 
-from experiments import common
+from experiments.lib import common
 
 flags.DEFINE_integer('num_clients', 3400, 'Clients in the population (FEMNIST: 3,400).')
 flags.DEFINE_integer('clients_per_round', 10, 'Cohort size M.')
@@ -116,7 +116,7 @@ def _model_fn():
 
 
 def _build_algorithm(model_fn):
-  from tff_algos import feddyn, scaffold
+  from tff_algos.algorithms import feddyn, scaffold
   if FLAGS.algorithm == 'feddyn':
     return feddyn.build_feddyn(model_fn, feddyn.FedDynConfig(
         alpha=0.01, client_learning_rate=0.05, local_steps=FLAGS.local_steps))
@@ -174,7 +174,7 @@ def _resumes_exactly(ids, initial, cohort, before) -> tuple[bool, object]:
   """Reopens the store, restores the last checkpoint: whether `cohort`'s rows
   are `before` again; and the reopened store (closed)."""
   import tensorflow as tf
-  from tff_algos.core import client_state
+  from tff_algos.training import client_state
   store = client_state.ClientStateStore(FLAGS.store_dir, ids, initial)
   store.restore(FLAGS.rounds)
   after = store.gather(cohort)
@@ -188,7 +188,8 @@ def _resumes_exactly(ids, initial, cohort, before) -> tuple[bool, object]:
 def _run_workload(ids, results) -> dict:
   """Fill, rounds, and the kill-and-resume check; measurements into `results`.
   Returns the per-phase timings."""
-  from tff_algos.core import client_state, stateful_process
+  from tff_algos.training import client_state
+  from tff_algos.core import stateful_process
   process = _build_algorithm(_model_fn()).process
   state = process.initialize(stateful_process.Population(FLAGS.num_clients))
   initial = process.initial_client_state(state)

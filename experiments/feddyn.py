@@ -9,7 +9,7 @@ r"""Paper 003 (FedDyn) Tables 1/2/4/6 and convergence plots.
 
 Runs the grid  --algorithms x --participations x --splits x --unbalanced_sigmas
 (x --heterogeneities for synthetic_logistic) x --run_seeds, each with
-`tff_algos.training.run_training` in its own directory under
+`tff_algos.training.loop.run_training` in its own directory under
 <root_output_dir>/<name>/ (resumable: re-running skips what is done). Every
 trainer flag gives the base values (learning rates, epochs, --feddyn_alpha,
 --prox_mu, ...), except those the grid sets for each run, which are refused:
@@ -43,13 +43,13 @@ import sys
 from absl import flags
 import numpy as np
 
-from experiments import common
-from experiments import flags as trainer_flags
 from experiments import report
-from experiments import runtime_flags
 from experiments.configs import ListFlagError, number_list
-from tff_algos import registry
-from tff_algos import run_dir
+from experiments.lib import common
+from experiments.lib import flags as trainer_flags
+from experiments.lib import runtime_flags
+from tff_algos.flags import registry
+from tff_algos.training import run_dir
 
 flags.adopt_module_key_flags(trainer_flags)  # --help lists the flags of both
 flags.adopt_module_key_flags(runtime_flags)
@@ -313,7 +313,7 @@ _BUILDS = registry.BuildCache()  # this process's builds
 def _run_one(task, args: trainer_flags.TrainerArgs, out_dir: str, label: str, part: float):
   """Trains one (setting, participation, algorithm, seed); its metrics rows and
   model size in bytes."""
-  from tff_algos import training  # pylint: disable=g-import-not-at-top
+  from tff_algos.training import loop as training  # pylint: disable=g-import-not-at-top
   _, hp, _ = trainer_flags.validate(grid=True, args=args)
   print(f'{label} p={part:g} (~{args.clients_per_round}/{len(task.client_ids)} clients) '
         f'{args.algorithm} seed {args.seed} -> {out_dir}', flush=True)
@@ -331,7 +331,7 @@ def _run_one(task, args: trainer_flags.TrainerArgs, out_dir: str, label: str, pa
 def _record(results, curves, rows, model_bytes, key: dict, targets):
   """Appends the run's result per target and its convergence curve; returns
   the run's metric names when it has no --target_metric column, else None."""
-  from tff_algos import metrics_tables  # pylint: disable=g-import-not-at-top
+  from tff_algos.training import targets as metrics_tables  # pylint: disable=g-import-not-at-top
   m, metric = key['clients_per_round'], FLAGS.target_metric
   per_round = metrics_tables.models_per_round(rows, model_bytes, m)
   cum = np.cumsum(per_round)

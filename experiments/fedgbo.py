@@ -11,7 +11,7 @@ For every task x K x algorithm one run of the trainer (resumable, in
 Table IV: each algorithm's maximum test accuracy, the upload (GB) and client
 FLOPs to reach it, and the rounds, upload and FLOPs to reach FedAvg's maximum;
 Table V: the maximum accuracy of fedgbo, mimelite, mimexlite per (task, K,
-client optimiser). Costs come from metrics.csv (`tff_algos.training`: bytes
+client optimiser). Costs come from metrics.csv (`tff_algos.training.loop`: bytes
 from the TFF types, FLOPs measured on the model's graph). Writes tables.md,
 table4.csv, and accuracy-vs-upload / accuracy-vs-FLOPs plots; the last line
 printed is a JSON summary.
@@ -48,11 +48,11 @@ import sys
 from absl import flags
 import numpy as np
 
-from experiments import common
-from experiments import flags as trainer_flags
 from experiments import report
-from experiments import runtime_flags
-from tff_algos import run_dir
+from experiments.lib import common
+from experiments.lib import flags as trainer_flags
+from experiments.lib import runtime_flags
+from tff_algos.training import run_dir
 
 flags.adopt_module_key_flags(trainer_flags)  # --help lists the flags of both
 flags.adopt_module_key_flags(runtime_flags)
@@ -236,7 +236,7 @@ def check_lists() -> None:
   trainer flags this binary sets itself (`OWN_FLAGS`: refused when given) and
   --grid_name (one directory name under --root_output_dir), in milliseconds:
   before TensorFlow loads (the registry imports none)."""
-  from tff_algos import registry  # pylint: disable=g-import-not-at-top
+  from tff_algos.flags import registry  # pylint: disable=g-import-not-at-top
   for name, instead in OWN_FLAGS.items():
     if FLAGS[name].present:
       raise ValueError(f'--{name} is not read by this binary (it sets it for each run); '
@@ -269,7 +269,7 @@ def main(argv):
     return common.fail(e)
   common.quiet_logs()
   from tasks import sent140  # pylint: disable=g-import-not-at-top
-  from tff_algos import registry  # pylint: disable=g-import-not-at-top
+  from tff_algos.flags import registry  # pylint: disable=g-import-not-at-top
   try:
     if 'sent140' in FLAGS.tasks:
       sent140.files(FLAGS.sent140_dir)
@@ -280,7 +280,7 @@ def main(argv):
   trainer_flags.warn_ignored_flags(FLAGS.algorithms, base)
 
   from tasks import get_task
-  from tff_algos import training
+  from tff_algos.training import loop as training
   root = common.writable_dir(os.path.join(FLAGS.root_output_dir, FLAGS.grid_name),
                              'root_output_dir')
   results = collections.defaultdict(dict)   # (task, K) -> algorithm -> rows

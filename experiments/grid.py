@@ -29,12 +29,12 @@ import types
 from absl import flags
 import numpy as np
 
-from experiments import common
-from experiments import flags as trainer_flags
 from experiments import report
-from experiments import runtime_flags
-from tff_algos import registry
-from tff_algos import run_dir
+from experiments.lib import common
+from experiments.lib import flags as trainer_flags
+from experiments.lib import runtime_flags
+from tff_algos.flags import registry
+from tff_algos.training import run_dir
 
 flags.adopt_module_key_flags(trainer_flags)  # --help lists the flags of both
 flags.adopt_module_key_flags(runtime_flags)
@@ -149,7 +149,7 @@ def run_grid(runs, grid_dir: str, select_metric: str, select_last_rounds: int,
   results = [None] * len(work)
   here = jobs <= 1 or len(work) <= 1  # map_in_processes runs these in this process
   if here:  # a seed's runs in a row: TensorFlow is seeded once per seed
-    from tff_algos import training  # pylint: disable=g-import-not-at-top
+    from tff_algos.training import loop as training  # pylint: disable=g-import-not-at-top
     work = [work[i] for i in training.seed_major(work, lambda w: w['values']['seed'])]
   try:
     with (runtime_flags.managed_context() if here else contextlib.nullcontext()):
@@ -175,7 +175,7 @@ _BUILDS = registry.BuildCache()
 def _train_one(item: dict) -> tuple[int, dict]:
   """One combination of `run_grid` (in this process or a worker): (its index, its row)."""
   from tasks import get_task  # pylint: disable=g-import-not-at-top
-  from tff_algos import training  # pylint: disable=g-import-not-at-top
+  from tff_algos.training import loop as training  # pylint: disable=g-import-not-at-top
   run_dir.set_flag_names(**item['flag_names'])
   args = trainer_flags.TrainerArgs(types.MappingProxyType(item['values']), item['given'])
   options, hp, _ = trainer_flags.validate(args=args)

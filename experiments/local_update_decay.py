@@ -34,12 +34,12 @@ import os
 from absl import flags
 import numpy as np
 
-from experiments import common
 from experiments import report
-from experiments import runtime_flags
 from experiments.configs import number_list
 from experiments.configs import paper002
-from tff_algos import run_dir
+from experiments.lib import common
+from experiments.lib import runtime_flags
+from tff_algos.training import run_dir
 
 flags.adopt_module_key_flags(runtime_flags)  # --help lists them
 
@@ -96,7 +96,7 @@ def block_stats(curve, block: int) -> dict:
 
 def _run(task, name, algorithm, clients, out_root):
   """(pre-training loss, ||q_t||) per round of one run."""
-  from tff_algos import training
+  from tff_algos.training import loop as training
   out = os.path.join(out_root, name)
   training.run_training(algorithm, task, training.RunConfig(
       total_rounds=FLAGS.rounds, clients_per_round=clients, seed=FLAGS.seed,
@@ -158,7 +158,8 @@ def main(argv):
   common.writable_dir(FLAGS.root_output_dir, 'root_output_dir')
 
   from tasks import get_task
-  from tff_algos import local_update, registry
+  from tff_algos.algorithms import local_update
+  from tff_algos.flags import registry
   from tff_algos.core import optimizers
 
   def server(eta):

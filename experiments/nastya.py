@@ -32,10 +32,10 @@ import os
 from absl import flags
 import numpy as np
 
-from experiments import common
 from experiments import report
-from experiments import runtime_flags
 from experiments.configs import number_list
+from experiments.lib import common
+from experiments.lib import runtime_flags
 from tasks.catalog import LIBSVM_SOURCE
 
 flags.adopt_module_key_flags(runtime_flags)  # --help lists them
@@ -126,7 +126,8 @@ def main(argv):
   common.quiet_logs()
   common.writable_dir(FLAGS.output_dir, 'output_dir')
   from tasks import TaskError, TaskOptions, get_task, libsvm
-  from tff_algos import nastya, training
+  from tff_algos.algorithms import nastya
+  from tff_algos.training import loop as training
   from tff_algos.core import optimizers
 
   def task_for(setting):

@@ -27,13 +27,13 @@ import os
 from absl import flags
 import numpy as np
 
-from experiments import common
 from experiments import report
-from experiments import runtime_flags
+from experiments.lib import common
+from experiments.lib import runtime_flags
 
 flags.adopt_module_key_flags(runtime_flags)  # --help lists them
 
-from experiments.quadratic_lanes import (  # pylint: disable=unused-import
+from experiments.lib.quadratic_lanes import (  # pylint: disable=unused-import
     FIG_1A, FIG_1B, RUNS, LaneLearningRates, build_lanes, lane_steps, multi_round,
     run_lanes)
 

@@ -11,14 +11,14 @@ from __future__ import annotations
 import math
 import os
 import sys
-import warnings
 from typing import Iterable, Optional, Sequence
+import warnings
 
 
 
 def read_metrics(path: str) -> list[dict]:
-  """`tff_algos.run_dir.read_metrics`, the one reader of metrics.csv (no TensorFlow)."""
-  from tff_algos import run_dir  # pylint: disable=g-import-not-at-top
+  """`tff_algos.training.run_dir.read_metrics`, the one reader of metrics.csv (no TensorFlow)."""
+  from tff_algos.training import run_dir  # pylint: disable=g-import-not-at-top
   return run_dir.read_metrics(path)
 
 
@@ -258,6 +258,6 @@ def main(argv) -> int:
 
 
 if __name__ == '__main__':
-  from experiments import common  # pylint: disable=g-import-not-at-top
+  from experiments.lib import common  # pylint: disable=g-import-not-at-top
   define_flags()
   common.run(main)

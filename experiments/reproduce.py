@@ -35,18 +35,18 @@ from typing import Any, Optional, Sequence
 
 from absl import flags
 
-from experiments import common
-from experiments import flags as trainer_flags
+from experiments.lib import common
+from experiments.lib import flags as trainer_flags
 from experiments import report
-from experiments import runtime_flags
+from experiments.lib import runtime_flags
 from experiments import seed_stats
 from experiments.configs import base
 from tff_algos.errors import UserError
 # What it measures and its tables (also this module's API).
-from experiments.reproduce_results import (  # pylint: disable=unused-import
+from experiments.lib.reproduce_results import (  # pylint: disable=unused-import
     _evals, accuracy_key, experiment_table, full_report, list_lines, load_results, lookup,
     markdown_lines, measure, measure_stats, run_metric)
-from tff_algos import run_dir
+from tff_algos.training import run_dir
 
 flags.adopt_module_key_flags(trainer_flags)  # --help lists the flags of both
 flags.adopt_module_key_flags(runtime_flags)
@@ -268,7 +268,8 @@ def run_experiment(exp: base.Experiment, scale: str, root: str, progress: bool =
 def _run_trainer(exp, scale, out_dir, progress, manage_runtime):
   import contextlib
   from tasks import get_task
-  from tff_algos import registry, training
+  from tff_algos.flags import registry
+  from tff_algos.training import loop as training
   plans = trainer_plans(exp, scale)
   for plan in plans:  # every run's flags before any work
     validate_plan(plan)

@@ -115,7 +115,7 @@ def define_flags() -> None:
 def main(argv) -> int:
   del argv
   from absl import flags  # pylint: disable=g-import-not-at-top
-  from experiments import common  # pylint: disable=g-import-not-at-top
+  from experiments.lib import common  # pylint: disable=g-import-not-at-top
   from experiments.configs import number_list  # pylint: disable=g-import-not-at-top
   values = number_list('values', flags.FLAGS.values, example='0.81,0.83,0.80')
   published = flags.FLAGS.published
@@ -126,6 +126,6 @@ def main(argv) -> int:
 
 
 if __name__ == '__main__':
-  from experiments import common  # pylint: disable=g-import-not-at-top
+  from experiments.lib import common  # pylint: disable=g-import-not-at-top
   define_flags()
   common.run(main)

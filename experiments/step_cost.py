@@ -25,8 +25,8 @@ import time
 from absl import flags
 import numpy as np
 
-from experiments import common
-from experiments import runtime_flags
+from experiments.lib import common
+from experiments.lib import runtime_flags
 
 flags.adopt_module_key_flags(runtime_flags)
 flags.DEFINE_integer('repetitions', 30, 'Alternating repetitions of every variant.')
@@ -42,8 +42,9 @@ def _variants(task):
   """name -> (optimizer, correction-or-transform builder, optimizer_state builder)."""
   import tensorflow as tf
   import tensorflow_federated as tff
-  from tff_algos import feddyn, fedprox, scaffold
-  from tff_algos.core import gbo_optimizers, local_training
+  from tff_algos.algorithms import feddyn, fedprox, scaffold
+  from tff_algos.algorithms.gbo import optimizers as gbo_optimizers
+  from tff_algos.core import local_training
 
   sgd = tff.learning.optimizers.build_sgdm(0.1)
   adam_tff = tff.learning.optimizers.build_adam(0.01, beta_1=0.9, beta_2=0.999, epsilon=1e-8)
@@ -109,9 +110,9 @@ def _time_alternating(fns: dict, repetitions: int) -> dict:
 
 def _round_costs(names):
   from experiments import benchmark
-  from tff_algos import fedopt
+  from tff_algos.algorithms import fedopt
   from tff_algos.core import optimizers
-  from tff_algos.hparams import HParams
+  from tff_algos.flags.hparams import HParams
   task = benchmark._synthetic_task('emnist_cnn', benchmark.CLIENTS, 0)  # pylint: disable=protected-access
   data = [task.client_dataset(c) for c in task.client_ids]
   candidates = (HParams(client_learning_rate=0.1, local_steps=STEPS),

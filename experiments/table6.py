@@ -43,9 +43,9 @@ import time
 from absl import flags
 import numpy as np
 
-from experiments import common
 from experiments import report
-from experiments import runtime_flags
+from experiments.lib import common
+from experiments.lib import runtime_flags
 
 flags.adopt_module_key_flags(runtime_flags)  # --help lists them
 
@@ -116,7 +116,7 @@ MIN_GAP = 0.01
 def targets(settings: dict, weight_decay: float) -> dict:
   """Per setting: paper target, expected optimum, distance, and per seed the
   draw's optimum and its own_optimum target."""
-  from experiments import table6_grid as grid_lib  # pylint: disable=g-import-not-at-top
+  from experiments.lib import table6_grid as grid_lib  # pylint: disable=g-import-not-at-top
   from tasks import feddyn_data  # pylint: disable=g-import-not-at-top
 
   def optimum(setting, seed):
@@ -147,7 +147,7 @@ _UNIT_ORDER = ('fedavg', 'fedprox', 'scaffold', 'feddyn')
 def units(settings: dict, goals: dict) -> list:
   """Every search of the grid: per seed, per data group of settings that train
   side by side (`table6_grid.data_groups`), per method."""
-  from experiments import table6_grid as grid_lib  # pylint: disable=g-import-not-at-top
+  from experiments.lib import table6_grid as grid_lib  # pylint: disable=g-import-not-at-top
   out = []
   for seed in range(settings['seeds']):
     for group in grid_lib.data_groups(settings['settings'], seed):
@@ -168,7 +168,7 @@ def run_grid(settings: dict, goals: dict, grid) -> tuple[dict, dict]:
   own (same batches, same cohorts) up to float rounding. Units run in --jobs
   processes.
   """
-  from experiments import table6_grid as grid_lib  # pylint: disable=g-import-not-at-top
+  from experiments.lib import table6_grid as grid_lib  # pylint: disable=g-import-not-at-top
   searches = {s: {m: {} for m in settings['methods']} for s in settings['settings']}
   timing = {m: dict(build_s=0.0, build_cpu_s=0.0, lanes=len(grid.lanes(m)), run_s=0.0,
                     run_cpu_s=0.0, rounds_run=0) for m in settings['methods']}
@@ -196,7 +196,7 @@ def tabulate(searches: dict, settings: dict, timing: dict, target: str,
              server_model: bool = False) -> dict:
   """table[setting][method] = summary of the best counts over seeds, scoring
   the device average (`server_model`: the server model)."""
-  from experiments import table6_grid as grid_lib  # pylint: disable=g-import-not-at-top
+  from experiments.lib import table6_grid as grid_lib  # pylint: disable=g-import-not-at-top
   table = {}
   for setting in settings['settings']:
     table[setting] = {}
@@ -266,7 +266,7 @@ def main(argv):
     return common.fail(e)
   common.writable_dir(FLAGS.output_dir, 'output_dir')
   common.quiet_logs()
-  from experiments import table6_grid as grid_lib  # pylint: disable=g-import-not-at-top
+  from experiments.lib import table6_grid as grid_lib  # pylint: disable=g-import-not-at-top
   grid = grid_lib.Grid(epochs=settings['epochs'],
                        scaffold_steps=settings['scaffold_steps'])
   t0, c0 = time.perf_counter(), _cpu_seconds()

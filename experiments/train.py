@@ -16,10 +16,10 @@ import sys
 
 from absl import flags
 
-from experiments import common
-from experiments import flags as trainer_flags
 from experiments import report
-from experiments import runtime_flags
+from experiments.lib import common
+from experiments.lib import flags as trainer_flags
+from experiments.lib import runtime_flags
 
 flags.adopt_module_key_flags(trainer_flags)
 flags.adopt_module_key_flags(runtime_flags)
@@ -46,7 +46,7 @@ def fit_cohort_to(args: trainer_flags.TrainerArgs, num_clients: int,
 
 def _list(what: str) -> int:
   from tasks import list_tasks  # pylint: disable=g-import-not-at-top
-  from tff_algos import registry  # pylint: disable=g-import-not-at-top
+  from tff_algos.flags import registry  # pylint: disable=g-import-not-at-top
   if what == 'tasks':
     for name, spec in list_tasks().items():
       print(f'{name:24s} models: {", ".join(spec.models):40s} {spec.description}')
@@ -69,7 +69,8 @@ def main(argv):
     return _list('tasks' if FLAGS.list_tasks else 'algorithms')
 
   from tasks import get_task  # pylint: disable=g-import-not-at-top
-  from tff_algos import registry, run_dir, training  # pylint: disable=g-import-not-at-top
+  from tff_algos.flags import registry  # pylint: disable=g-import-not-at-top
+  from tff_algos.training import run_dir, loop as training
   task = get_task(args.task, options)  # data errors surface before any worker starts
   args = fit_cohort_to(args, len(task.client_ids), task.name)
   out_dir = trainer_flags.output_dir(args)

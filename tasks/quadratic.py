@@ -19,9 +19,9 @@ from __future__ import annotations
 import collections
 
 import numpy as np
+from scipy import integrate
 import tensorflow as tf
 import tensorflow_federated as tff
-from scipy import integrate
 
 from tasks import base
 from tasks import catalog

@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from paths import ROOT
 
 
 def run_binary(binary, *argv, cwd, setup='', timeout=120, as_main=False):
@@ -22,7 +22,8 @@ def run_binary(binary, *argv, cwd, setup='', timeout=120, as_main=False):
   if as_main:
     load, run = 'import runpy\n', f'runpy.run_module("experiments.{binary}", run_name="__main__")'
   else:
-    load, run = f'from experiments import common, {binary} as binary\n', 'common.run(binary.main)'
+    load, run = (f'from experiments.lib import common\nfrom experiments import {binary} as binary\n',
+                 'common.run(binary.main)')
   code = (f'import sys; sys.argv = {[binary, *argv]!r}\n{setup}\n{load}'
           f'try:\n  {run}\n'
           'finally:\n  print("TF loaded:", "tensorflow" in sys.modules)\n')

@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 
 from tasks import TaskOptions, get_task
-from tff_algos import fedopt, training
+from tff_algos.algorithms import fedopt
 from tff_algos.core import optimizers
+from tff_algos.training import loop as training
 
 
 def digits_task():

@@ -1,7 +1,7 @@
 """What one reproducible published experiment is (`Experiment`), as data.
 
 An experiment is either a set of trainer runs (`TrainerRuns`: each run is an
-algorithm plus trainer flags, executed by `tff_algos.training.run_training`) or
+algorithm plus trainer flags, executed by `tff_algos.training.loop.run_training`) or
 one call of an existing experiment binary (`Binary`: e.g.
 `experiments.quadratic_toy`, whose LAST stdout line is a JSON object). It
 carries the published numbers it is compared with (`Published`), each naming

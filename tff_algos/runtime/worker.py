@@ -22,14 +22,10 @@ def main(argv=None) -> int:
   parser.add_argument('--port', type=int, required=True)
   parser.add_argument('--max_concurrent_computation_calls', type=int, default=-1)
   args = parser.parse_args(argv)
-  try:
-    # The binaries' quiet TensorFlow import (TF_CPP_MIN_LOG_LEVEL=2 and the
-    # filter of its three spurious CUDA-factory errors, experiments/__init__.py):
-    # a bare import printed nine lines of start-up chatter above the one that
-    # says the worker serves. Absent (the library alone installed): the chatter.
-    import experiments  # pylint: disable=g-import-not-at-top,unused-import
-  except ImportError:
-    pass
+  # A bare TensorFlow import printed nine lines of start-up chatter above the
+  # one that says the worker serves.
+  from tff_algos.runtime import quiet_tensorflow  # pylint: disable=g-import-not-at-top
+  quiet_tensorflow.install()
   from tff_algos.runtime.context import Worker  # pylint: disable=g-import-not-at-top
   stop = threading.Event()
   for sig in (signal.SIGINT, signal.SIGTERM):

@@ -224,7 +224,7 @@ def calls_on_loop_threads() -> int:
   A Ctrl-C or SIGTERM stops the thread that waits for such a call, not the
   call: its TensorFlow work goes on, and an interpreter that tears itself down
   under it crashes (SIGSEGV in a running kernel; "terminate called ..." and
-  Python's fatal-error dump while it traces). `experiments.common.run` then
+  Python's fatal-error dump while it traces). `experiments.lib.common.run` then
   ends the process at once instead (`os._exit`).
   """
   return _calls_on_loop_threads

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import weakref
 from typing import Callable
+import weakref
 
 from absl import logging
 import tensorflow as tf

@@ -1,0 +1,1 @@
+"""The algorithms: one module per algorithm, family helpers beside them."""

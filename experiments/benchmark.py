@@ -23,7 +23,7 @@ object (it also names the backend and the devices used).
 Every measurement runs on the backend chosen by --backend / --workers (see
 `tff_algos/runtime`); the pure-TF floor always runs in this process, i.e. on
 the GPU when TensorFlow sees one. (c) covers every algorithm of
-`tff_algos.flags.registry` with default hyperparameters and K=10 local steps,
+`tff_algos.algorithms.registry` with default hyperparameters and K=10 local steps,
 over our FedAvg with the same client optimiser (those that need Adam over a
 FedAvg running Adam); --quick measures 1 round after 1 warm-up round for those. The JSON also
 holds the per-repetition ratios of (a), the wall seconds of each part, and
@@ -38,7 +38,6 @@ step after another: with 2 at a time our round can take less than the floor.
 
 from __future__ import annotations
 
-import collections
 import json
 import resource
 import time
@@ -48,6 +47,7 @@ import numpy as np
 
 from experiments.lib import common
 from experiments.lib import runtime_flags
+from experiments.lib import timing
 
 flags.adopt_module_key_flags(runtime_flags)  # --help lists them
 
@@ -68,90 +68,16 @@ flags.DEFINE_bool('trainer_loop', True,
 flags.DEFINE_bool('trainer_loop_only', False, 'Measure only (h).')
 FLAGS = flags.FLAGS
 
-CLIENTS, STEPS, BATCH = 10, 10, 20
-# (g): name -> (example shape, classes, model builder, Keras output is logits).
-MODELS = {
-    'emnist_cnn': ((28, 28, 1), 62, 'femnist_cnn', True),  # papers 000/004, (a)'s model
-    'cifar100_resnet18': ((24, 24, 3), 100, 'cifar_resnet18', False),  # TFF's baseline
-}
-
-
-def _synthetic_task(model: str, n_clients: int, seed: int):
-  """`n_clients` clients of STEPS batches of BATCH random examples of `model`'s
-  task shape (features and labels uniform), with that model."""
-  import tensorflow as tf
-  from tasks import base, models, partition
-  shape, classes, builder, logits = MODELS[model]
-  rng = np.random.default_rng(seed)
-  n = n_clients * STEPS * BATCH
-  x = rng.random((n, *shape), dtype=np.float32)
-  y = rng.integers(0, classes, n).astype(np.int32)
-  spec = collections.OrderedDict(x=tf.TensorSpec([None, *shape], tf.float32),
-                                 y=tf.TensorSpec([None], tf.int32))
-  keras_fn = lambda: getattr(models, builder)(num_classes=classes)  # noqa: E731
-  return base.Task(
-      name=f'{model}_shaped', train_data=partition.to_client_data(
-          collections.OrderedDict(x=x, y=y), np.array_split(np.arange(n), n_clients)),
-      preprocess_fn=lambda ds: ds.batch(BATCH),
-      model_fn=base.keras_model_fn(
-          keras_fn, spec,
-          lambda: tf.keras.losses.SparseCategoricalCrossentropy(from_logits=logits),
-          lambda: [tf.keras.metrics.SparseCategoricalAccuracy()]))
-
-
-class _PlainTF:
-  """The round's SGD steps without TFF: CLIENTS * STEPS steps in one
-  `tf.function` loop over one client's data repeated (the compute floor), or
-  one `tf.function` call per client from the same initial weights."""
-
-  def __init__(self, task, optimizer_spec, trace_client=None):
-    import tensorflow as tf
-    import tensorflow_federated as tff
-    from tff_algos.core import local_training
-    model = task.model_fn()
-    weights = tff.learning.models.ModelWeights.from_model(model)
-    init = tf.nest.map_structure(lambda v: v.read_value(), weights)
-    dataset = task.train_data.create_tf_dataset_for_client(
-        task.client_ids[0]).repeat(CLIENTS).batch(BATCH)
-    opt = optimizer_spec.build()
-
-    @tf.function
-    def floor_loop():
-      return local_training.run_local_training(
-          model, opt, None, init, dataset, CLIENTS * STEPS, 1).num_steps
-
-    @tf.function
-    def client_loop(client_dataset):  # one client's STEPS steps, as in a round
-      return local_training.run_local_training(
-          model, opt, None, init, client_dataset, STEPS, -1).num_steps
-
-    self._floor, self._client = floor_loop, client_loop
-    # Traced now, before TFF builds Keras models in graphs of its own.
-    floor_loop()
-    if trace_client is not None:
-      client_loop(trace_client)
-
-  def floor_once(self) -> float:
-    t0 = time.perf_counter()
-    assert int(self._floor()) == CLIENTS * STEPS
-    return time.perf_counter() - t0
-
-  def per_client_once(self, datasets) -> float:
-    t0 = time.perf_counter()
-    assert sum(int(self._client(d)) for d in datasets) == CLIENTS * STEPS
-    return time.perf_counter() - t0
-
-
 def _model_timings(model: str, rounds: int, seed: int) -> dict:
   """(g): our FedAvg on `model` (CLIENTS x STEPS x BATCH, as (a)) and its floor,
   interleaved; medians."""
   from tff_algos.algorithms import fedopt
   from tff_algos.core import optimizers
-  task = _synthetic_task(model, CLIENTS, seed)
+  task = timing.synthetic_task(model, timing.CLIENTS, seed)
   sgd = optimizers.OptimizerSpec('sgd', 0.01)
-  plain = _PlainTF(task, sgd)
-  fedavg = _Rounds(fedopt.build_fedopt(task.model_fn, fedopt.FedOptConfig(
-      client_optimizer=sgd, local_steps=STEPS)).process,
+  plain = timing.PlainTF(task, sgd)
+  fedavg = timing.Rounds(fedopt.build_fedopt(task.model_fn, fedopt.FedOptConfig(
+      client_learning_rate=sgd.learning_rate, local_steps=timing.STEPS)).process,
                    [task.client_dataset(c) for c in task.client_ids])
   plain.floor_once(), fedavg.time(2)
   times = np.array([(plain.floor_once(), fedavg.time()) for _ in range(rounds)])
@@ -161,50 +87,20 @@ def _model_timings(model: str, rounds: int, seed: int) -> dict:
               overhead_vs_pure_tf=float(np.median(times[:, 1] / times[:, 0])))
 
 
-class _Rounds:
-  """A process and its state (and client states), advanced one timed round at a time."""
-
-  def __init__(self, process, data, client_states=None):
-    self.process, self.data, self.client_states = process, data, client_states
-    self.state = None
-
-  def start(self, state):
-    self.state = state
-    return self
-
-  def time(self, rounds: int = 1) -> float:
-    """Seconds of the last of `rounds` rounds."""
-    if self.state is None:
-      self.state = self.process.initialize()
-    for _ in range(rounds):
-      t0 = time.perf_counter()
-      if self.client_states is None:
-        self.state = self.process.next(self.state, self.data).state
-      else:
-        out = self.process.next(self.state, self.data, self.client_states)
-        self.state, self.client_states = out.state, out.client_states
-      seconds = time.perf_counter() - t0
-    return seconds
-
-  def median(self, rounds: int, warmup: int = 2) -> float:
-    self.time(warmup)
-    return float(np.median([self.time() for _ in range(rounds)]))
-
-
 def _measure_round_costs(result: dict, ctx, rounds: int, phase_done) -> None:
   """(a)-(f) into `result`, on the backend of the installed context `ctx`."""
   import tensorflow_federated as tff
   from tff_algos.algorithms import fedopt
   from tff_algos.core import optimizers
-  task = _synthetic_task('emnist_cnn', 40, FLAGS.seed)
+  task = timing.synthetic_task('emnist_cnn', 40, FLAGS.seed)
   data = {m: [task.client_dataset(c) for c in task.client_ids[:m]] for m in (10, 20, 40)}
   sgd = optimizers.OptimizerSpec('sgd', 0.1)
   # (a) the compute floor: 100 SGD steps in one tf.function, no TFF.
-  plain = _PlainTF(task, sgd, trace_client=data[10][0])
+  plain = timing.PlainTF(task, sgd, trace_client=data[10][0])
 
-  fedavg = _Rounds(fedopt.build_fedopt(task.model_fn, fedopt.FedOptConfig(
-      client_optimizer=sgd, local_steps=STEPS)).process, data[10])
-  builtin = _Rounds(tff.learning.algorithms.build_weighted_fed_avg(
+  fedavg = timing.Rounds(fedopt.build_fedopt(task.model_fn, fedopt.FedOptConfig(
+      client_learning_rate=sgd.learning_rate, local_steps=timing.STEPS)).process, data[10])
+  builtin = timing.Rounds(tff.learning.algorithms.build_weighted_fed_avg(
       task.model_fn, client_optimizer_fn=sgd.build(),
       server_optimizer_fn=optimizers.OptimizerSpec('sgd', 1.0).build()), data[10])
 
@@ -237,35 +133,12 @@ def _measure_round_costs(result: dict, ctx, rounds: int, phase_done) -> None:
   # (d) linear cost in the cohort size (10 clients: FedAvg of (a)).
   result['scaling'] = {'10': result['seconds_per_round']['ours_fedavg']}
   for m in (20, 40):
-    result['scaling'][str(m)] = _Rounds(fedavg.process, data[m]).median(
+    result['scaling'][str(m)] = timing.Rounds(fedavg.process, data[m]).median(
         1 if FLAGS.quick else rounds, warmup=1 if FLAGS.quick else 2)
   phase_done('scaling')
   _peak_memory(result, ctx)
   result['fixed_ms_per_round'] = _fixed_ms_per_round(sgd, rounds)
   phase_done('fixed_cost')
-
-
-def algorithm_rounds(name: str, task, data: list, candidates) -> tuple['_Rounds', object]:
-  """The registry's `name` built with the first of `candidates` (HParams) it
-  accepts, as `_Rounds` on `data` (with fresh client states if it keeps them),
-  and that candidate."""
-  from tff_algos.flags import registry
-  from tff_algos.core import stateful_process
-  error = None
-  for hp in candidates:
-    try:
-      alg = registry.build(name, task.model_fn, hp)
-      break
-    except ValueError as e:
-      error = e
-  else:
-    raise error
-  if not getattr(alg, 'stateful_clients', False):
-    return _Rounds(alg.process, data), hp
-  state = alg.process.initialize(stateful_process.population_of(
-      task, alg.process.needs_mean_examples))
-  return _Rounds(alg.process, data,
-                 [alg.process.initial_client_state(state)] * len(data)).start(state), hp
 
 
 def _per_algorithm(result: dict, task, data: list, fedavg, rounds: int) -> None:
@@ -278,31 +151,29 @@ def _per_algorithm(result: dict, task, data: list, fedavg, rounds: int) -> None:
   the SGD FedAvg is kept too (`per_algorithm_vs_sgd_fedavg`): Adam's own
   update costs ~1.3x SGD's per local step on this CNN (`experiments.step_cost`).
   """
-  from tff_algos.algorithms import fedopt
-  from tff_algos.flags import registry
-  from tff_algos.flags.hparams import HParams
-  from tff_algos.core import optimizers
+  from tff_algos.algorithms import fedopt, registry
+  from tff_algos.flags.algorithm_flags import HParams
   result['per_algorithm'] = {'fedavg': 1.0}
   pairs = result['per_algorithm_pairs'] = 3 if FLAGS.quick else rounds
   result['per_algorithm_baseline'] = {}
   result['per_algorithm_vs_sgd_fedavg'] = {}
   result['per_algorithm_not_run'] = {}
-  adam = HParams(client_optimizer='adam', client_learning_rate=0.01, local_steps=STEPS)
+  adam = HParams(client_optimizer='adam', client_learning_rate=0.01, local_steps=timing.STEPS)
   candidates = (  # K=10 SGD steps; else one epoch (fedrr, nastya); else Adam (mime, mfl)
-      HParams(client_learning_rate=0.1, local_steps=STEPS),
+      HParams(client_learning_rate=0.1, local_steps=timing.STEPS),
       HParams(client_learning_rate=0.1), adam)
   fedavg_adam = None
   for name in sorted(registry.ALGORITHMS):
     if name == 'fedavg' or (FLAGS.algorithms is not None and name not in FLAGS.algorithms):
       continue
     try:
-      other, hp = algorithm_rounds(name, task, data, candidates)
+      other, hp = timing.algorithm_rounds(name, task, data, candidates)
       baseline = fedavg
       if hp is adam:
         if fedavg_adam is None:
-          fedavg_adam = _Rounds(fedopt.build_fedopt(task.model_fn, fedopt.FedOptConfig(
-              client_optimizer=optimizers.OptimizerSpec('adam', adam.client_learning_rate),
-              local_steps=STEPS)).process, data)
+          fedavg_adam = timing.Rounds(fedopt.build_fedopt(task.model_fn, fedopt.FedOptConfig(
+              client_optimizer='adam', client_learning_rate=adam.client_learning_rate,
+              local_steps=timing.STEPS)).process, data)
           fedavg_adam.time(1 if FLAGS.quick else 2)  # warm-up
         baseline = fedavg_adam
       other.time(1 if FLAGS.quick else 2)  # warm-up
@@ -337,11 +208,11 @@ def _fixed_ms_per_round(sgd, rounds: int) -> float:
   """(f) the fixed cost of a round in milliseconds: nothing to compute."""
   from tasks import quadratic
   from tff_algos.algorithms import fedopt
-  toy = quadratic.build_quadratic(num_runs=1, num_clients=CLIENTS)
+  toy = quadratic.build_quadratic(num_runs=1, num_clients=timing.CLIENTS)
   toy_alg = fedopt.build_fedopt(toy.model_fn, fedopt.FedOptConfig(
-      client_optimizer=sgd, local_steps=1, uniform_weighting=True))
+      client_learning_rate=sgd.learning_rate, local_steps=1, uniform_weighting=True))
   toy_data = [toy.client_dataset(c) for c in toy.client_ids]
-  return 1000 * _Rounds(toy_alg.process, toy_data).median(max(rounds, 10) * 2)
+  return 1000 * timing.Rounds(toy_alg.process, toy_data).median(max(rounds, 10) * 2)
 
 
 def _timed_run(module: str, args: list[str], out_root: str) -> float:
@@ -463,13 +334,14 @@ def _print_a_to_f(result: dict) -> None:
 
 def main(argv):
   del argv
-  unknown = sorted(set(FLAGS.models) - set(MODELS))
+  unknown = sorted(set(FLAGS.models) - set(timing.MODELS))
   if unknown:
-    return common.fail(f'--models: unknown {", ".join(unknown)}; known: {", ".join(MODELS)}')
+    return common.fail(f'--models: unknown {", ".join(unknown)}; '
+                       f'known: {", ".join(timing.MODELS)}')
   # (c) only filters the registry by --algorithms: an unknown name would be
   # dropped in silence, after minutes of benchmarking. (No TensorFlow in the
   # registry: this answers at once.)
-  from tff_algos.flags import registry  # pylint: disable=g-import-not-at-top
+  from tff_algos.algorithms import registry  # pylint: disable=g-import-not-at-top
   if registry.unknown(FLAGS.algorithms or (), '--algorithms'):
     return common.fail(registry.unknown(FLAGS.algorithms, '--algorithms'))
   if FLAGS.models_only and not FLAGS.models:

@@ -7,7 +7,7 @@ Workload: the FEMNIST CNN of papers 000/004 (`tasks.models.femnist_cnn`,
 870,334 parameters: 3,400 clients x 3.5 MB = 11 GB of client state) or TFF's
 EMNIST `cnn_dropout` (`--model=cnn_dropout`, 1,206,590 parameters: 15.3 GB) on
 synthetic data of EMNIST's shape; FedDyn (or SCAFFOLD)
-keeps one model-sized state per client in a `core.client_state.ClientStateStore`
+keeps one model-sized state per client in a `training.client_state.ClientStateStore`
 on disk. With `--fill` every client's row is written first (the worst case:
 every client has participated), then `--rounds` rounds run gather -> TFF round
 -> scatter -> checkpoint. A further round is then run past the last

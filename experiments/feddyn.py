@@ -48,7 +48,8 @@ from experiments.configs import ListFlagError, number_list
 from experiments.lib import common
 from experiments.lib import flags as trainer_flags
 from experiments.lib import runtime_flags
-from tff_algos.flags import registry
+from tff_algos.algorithms import registry
+from tff_algos.flags import algorithm_flags
 from tff_algos.training import run_dir
 
 flags.adopt_module_key_flags(trainer_flags)  # --help lists the flags of both
@@ -313,12 +314,13 @@ _BUILDS = registry.BuildCache()  # this process's builds
 def _run_one(task, args: trainer_flags.TrainerArgs, out_dir: str, label: str, part: float):
   """Trains one (setting, participation, algorithm, seed); its metrics rows and
   model size in bytes."""
-  from tff_algos.training import loop as training  # pylint: disable=g-import-not-at-top
+  from tff_algos import training  # pylint: disable=g-import-not-at-top
   _, hp, _ = trainer_flags.validate(grid=True, args=args)
   print(f'{label} p={part:g} (~{args.clients_per_round}/{len(task.client_ids)} clients) '
         f'{args.algorithm} seed {args.seed} -> {out_dir}', flush=True)
   # Seeds (and schedule points) of one algorithm share a build (`registry.BuildCache`).
-  algorithm = _BUILDS.build(args.algorithm, task.model_fn, hp)
+  algorithm = _BUILDS.build(args.algorithm, task.model_fn,
+                             algorithm_flags.config(args.algorithm, hp))
   training.run_training(algorithm, task, trainer_flags.run_config(out_dir, args),
                         extra_summary={'flags': trainer_flags.flag_values(args),
                                        'setting': label, 'participation': part},

@@ -133,12 +133,10 @@ def parse_algorithm_flags(spec: str, algorithms=None) -> dict[str, dict[str, str
 # -------------------------------------------------------------------- runs
 
 
-def _validate(preset: str, args, check_config: bool = True):
+def _validate(preset: str, args):
   """`flags.validate` of one run. Sent140's --task=digits only stands in for
-  its own loader: digits' client count does not cap its cohort.
-  `check_config`: False leaves out the check that loads TensorFlow."""
-  return trainer_flags.validate(grid=True, args=args, check_cohort=preset != 'sent140',
-                                check_config=check_config)
+  its own loader: digits' client count does not cap its cohort."""
+  return trainer_flags.validate(grid=True, args=args, check_cohort=preset != 'sent140')
 
 
 def _settings(preset: str, k: str, algorithm: str, overrides,
@@ -236,7 +234,7 @@ def check_lists() -> None:
   trainer flags this binary sets itself (`OWN_FLAGS`: refused when given) and
   --grid_name (one directory name under --root_output_dir), in milliseconds:
   before TensorFlow loads (the registry imports none)."""
-  from tff_algos.flags import registry  # pylint: disable=g-import-not-at-top
+  from tff_algos.algorithms import registry  # pylint: disable=g-import-not-at-top
   for name, instead in OWN_FLAGS.items():
     if FLAGS[name].present:
       raise ValueError(f'--{name} is not read by this binary (it sets it for each run); '
@@ -264,12 +262,13 @@ def main(argv):
     combos = [(t, k, a) for t in FLAGS.tasks for k in FLAGS.ks for a in FLAGS.algorithms]
     runs = [_run_args(base, _settings(*combo, overrides, explicit)) for combo in combos]
     for (preset, _, _), args in zip(combos, runs):
-      _validate(preset, args, check_config=False)
+      _validate(preset, args)
   except (ValueError, flags.Error) as e:
     return common.fail(e)
   common.quiet_logs()
   from tasks import sent140  # pylint: disable=g-import-not-at-top
-  from tff_algos.flags import registry  # pylint: disable=g-import-not-at-top
+  from tff_algos.algorithms import registry  # pylint: disable=g-import-not-at-top
+  from tff_algos.flags import algorithm_flags  # pylint: disable=g-import-not-at-top
   try:
     if 'sent140' in FLAGS.tasks:
       sent140.files(FLAGS.sent140_dir)
@@ -280,7 +279,7 @@ def main(argv):
   trainer_flags.warn_ignored_flags(FLAGS.algorithms, base)
 
   from tasks import get_task
-  from tff_algos.training import loop as training
+  from tff_algos import training
   root = common.writable_dir(os.path.join(FLAGS.root_output_dir, FLAGS.grid_name),
                              'root_output_dir')
   results = collections.defaultdict(dict)   # (task, K) -> algorithm -> rows
@@ -299,7 +298,7 @@ def main(argv):
       if config.clients_per_round > len(task.client_ids):  # synthetic stand-ins are tiny
         config = dataclasses.replace(config, clients_per_round=len(task.client_ids))
       print(f'[{i + 1}/{len(combos)}] {preset} K={k} {name}', flush=True)
-      algorithm = builds.build(name, task.model_fn, hp)
+      algorithm = builds.build(name, task.model_fn, algorithm_flags.config(name, hp))
       training.run_training(algorithm, task, config,
                             extra_summary={'flags': trainer_flags.flag_values(args)},
                             identity=dict(trainer_flags.run_identity(args), preset=preset))

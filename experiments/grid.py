@@ -33,7 +33,8 @@ from experiments import report
 from experiments.lib import common
 from experiments.lib import flags as trainer_flags
 from experiments.lib import runtime_flags
-from tff_algos.flags import registry
+from tff_algos.algorithms import registry
+from tff_algos.flags import algorithm_flags
 from tff_algos.training import run_dir
 
 flags.adopt_module_key_flags(trainer_flags)  # --help lists the flags of both
@@ -149,7 +150,7 @@ def run_grid(runs, grid_dir: str, select_metric: str, select_last_rounds: int,
   results = [None] * len(work)
   here = jobs <= 1 or len(work) <= 1  # map_in_processes runs these in this process
   if here:  # a seed's runs in a row: TensorFlow is seeded once per seed
-    from tff_algos.training import loop as training  # pylint: disable=g-import-not-at-top
+    from tff_algos import training  # pylint: disable=g-import-not-at-top
     work = [work[i] for i in training.seed_major(work, lambda w: w['values']['seed'])]
   try:
     with (runtime_flags.managed_context() if here else contextlib.nullcontext()):
@@ -175,7 +176,7 @@ _BUILDS = registry.BuildCache()
 def _train_one(item: dict) -> tuple[int, dict]:
   """One combination of `run_grid` (in this process or a worker): (its index, its row)."""
   from tasks import get_task  # pylint: disable=g-import-not-at-top
-  from tff_algos.training import loop as training  # pylint: disable=g-import-not-at-top
+  from tff_algos import training  # pylint: disable=g-import-not-at-top
   run_dir.set_flag_names(**item['flag_names'])
   args = trainer_flags.TrainerArgs(types.MappingProxyType(item['values']), item['given'])
   options, hp, _ = trainer_flags.validate(args=args)
@@ -185,7 +186,8 @@ def _train_one(item: dict) -> tuple[int, dict]:
   task = _TASKS[key]
   combo = item['combo']
   made = _BUILDS.made  # not len(): past MAX_BUILDS a new build replaces an old one
-  algorithm = _BUILDS.build(args.algorithm, task.model_fn, hp)
+  algorithm = _BUILDS.build(args.algorithm, task.model_fn,
+                             algorithm_flags.config(args.algorithm, hp))
   reused = " (an earlier run's build)" if _BUILDS.made == made else ''
   print(f"[{item['index'] + 1}/{item['total']}] {combination_name(combo)}{reused}", flush=True)
   result = training.run_training(algorithm, task, trainer_flags.run_config(item['out_dir'], args),
@@ -263,12 +265,9 @@ def main(argv):
       if g not in dict(axes):
         raise ValueError(f'--group_by {g!r} is not a grid axis')
     runs = combinations(args, axes)
-    # Every combination checked before any runs: first without the checks that
-    # load TensorFlow (one bad combination among many is said at once), then
-    # each algorithm config's values.
-    for check_config in (False, True):
-      for _, run_args in runs:
-        trainer_flags.validate(args=run_args, check_config=check_config)
+    # Every combination checked before any runs (and before TensorFlow loads).
+    for _, run_args in runs:
+      trainer_flags.validate(args=run_args)
   except (ValueError, flags.Error) as e:
     return common.fail(e)
   common.quiet_logs()  # imports TensorFlow: after the checks, so a bad grid is said at once

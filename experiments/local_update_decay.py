@@ -96,7 +96,7 @@ def block_stats(curve, block: int) -> dict:
 
 def _run(task, name, algorithm, clients, out_root):
   """(pre-training loss, ||q_t||) per round of one run."""
-  from tff_algos.training import loop as training
+  from tff_algos import training
   out = os.path.join(out_root, name)
   training.run_training(algorithm, task, training.RunConfig(
       total_rounds=FLAGS.rounds, clients_per_round=clients, seed=FLAGS.seed,
@@ -158,12 +158,7 @@ def main(argv):
   common.writable_dir(FLAGS.root_output_dir, 'root_output_dir')
 
   from tasks import get_task
-  from tff_algos.algorithms import local_update
-  from tff_algos.flags import registry
-  from tff_algos.core import optimizers
-
-  def server(eta):
-    return optimizers.OptimizerSpec(fig['server'], eta)
+  from tff_algos.algorithms import local_update, registry
 
   table = []
   summary = dict(tail_loss={}, log10_eta={}, update_norm={})
@@ -182,23 +177,19 @@ def main(argv):
 
       def local_update_run(gamma, eta):
         cfg = local_update.LocalUpdateConfig(
-            theta=(1.0,) * 10, client_learning_rate=gamma,
-            server_optimizer=server(eta), measure_pre_training_loss=True)
+            theta=(1.0,) * 10, client_learning_rate=gamma, server_optimizer=fig['server'],
+            server_learning_rate=eta, measure_pre_training_loss=True)
         # One build for the whole gamma x eta grid (both read from the state).
         alg = builds.build_config(local_update.build_local_update, task.model_fn, cfg,
                                   'local_update')
         return _run(task, f'lu_g{gamma:g}_e{eta:g}', alg, clients, out_root)
 
       def decay_run(gamma, eta):
-        reference = FLAGS.decay_reference_semantics
-        cfg = local_update.LocalUpdateConfig(
-            theta=(1.0,) * 10, client_learning_rate=gamma, server_optimizer=server(eta),
-            example_weighted=reference)
         w = FLAGS.decay_window
-        alg = local_update.build_local_update_decay(
-            task.model_fn, local_update.LocalUpdateDecayConfig(cfg, local_update.DecayConfig(
-                window=w, patience=w, cooldown=w,
-                semantics='reference' if reference else 'paper')))
+        alg = local_update.build_local_update_decay(task.model_fn, local_update.LocalUpdateDecayConfig(
+            theta=(1.0,) * 10, client_learning_rate=gamma, server_optimizer=fig['server'],
+            server_learning_rate=eta, decay_window=w, decay_patience=w, decay_cooldown=w,
+            decay_reference_semantics=FLAGS.decay_reference_semantics))
         return _run(task, f'lud_g{gamma:g}_e{eta:g}', alg, clients, out_root)
 
       for gamma in gammas:

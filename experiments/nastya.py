@@ -117,6 +117,22 @@ def setting_shape(setting: str) -> tuple[int, int]:
   return n, (n if setting == 'full' else FLAGS.clients_per_round)
 
 
+def run_config(name: str, gamma: float, inv_l: float):
+  """(build key, eta, config) of run `name` at client step gamma, 1/L = `inv_l`."""
+  from tff_algos.algorithms import nastya  # pylint: disable=g-import-not-at-top
+  if name.startswith('nastya_eta'):
+    eta = float(name[len('nastya_eta'):-2]) * inv_l
+    return (name, eta), eta, nastya.NastyaConfig(client_learning_rate=gamma,
+                                                 server_learning_rate=eta)
+  if name in ('fedrr', 'local_sgd_wr'):
+    return ('fedrr',), float('nan'), nastya.FedRRConfig(client_learning_rate=gamma)
+  if name == 'nastya_adam':
+    return (name,), FLAGS.adam_lr, nastya.NastyaConfig(
+        client_learning_rate=gamma, server_optimizer='adam', server_learning_rate=FLAGS.adam_lr)
+  return (name, inv_l), inv_l, nastya.NastyaConfig(
+      client_learning_rate=gamma, server_learning_rate=inv_l, server_adaptive_lr=True)
+
+
 def main(argv):
   del argv
   try:
@@ -127,8 +143,7 @@ def main(argv):
   common.writable_dir(FLAGS.output_dir, 'output_dir')
   from tasks import TaskError, TaskOptions, get_task, libsvm
   from tff_algos.algorithms import nastya
-  from tff_algos.training import loop as training
-  from tff_algos.core import optimizers
+  from tff_algos import training
 
   def task_for(setting):
     n, _ = setting_shape(setting)
@@ -160,25 +175,10 @@ def main(argv):
 
     def algorithm(name, setting):
       """Builds once per (name, eta): processes do not depend on N or C."""
-      inv_l = 1.0 / smooth[setting]
-      if name.startswith('nastya_eta'):
-        eta = float(name[len('nastya_eta'):-2]) * inv_l
-        key, make = (name, eta), lambda: nastya.build_nastya(model_fn, nastya.NastyaConfig(
-            gamma, optimizers.OptimizerSpec('sgd', eta)), name=name)
-      elif name in ('fedrr', 'local_sgd_wr'):
-        eta = float('nan')
-        key = ('fedrr',)
-        make = lambda: nastya.build_fedrr(model_fn, nastya.NastyaConfig(gamma))
-      elif name == 'nastya_adam':
-        eta = FLAGS.adam_lr
-        key, make = (name,), lambda: nastya.build_nastya(model_fn, nastya.NastyaConfig(
-            gamma, optimizers.OptimizerSpec('adam', eta)), name=name)
-      else:
-        eta = inv_l
-        key, make = (name, eta), lambda: nastya.build_nastya(model_fn, nastya.NastyaConfig(
-            gamma, optimizers.OptimizerSpec('sgd', eta), adaptive_server_lr=True), name=name)
+      key, eta, config = run_config(name, gamma, 1.0 / smooth[setting])
       if key not in built:
-        built[key] = make()
+        built[key] = (nastya.build_fedrr(model_fn, config) if key == ('fedrr',)
+                      else nastya.build_nastya(model_fn, config, name=name))
       return built[key], eta
 
     for setting in FLAGS.settings:

@@ -109,23 +109,22 @@ def _time_alternating(fns: dict, repetitions: int) -> dict:
 
 
 def _round_costs(names):
-  from experiments import benchmark
+  from experiments.lib import timing
   from tff_algos.algorithms import fedopt
-  from tff_algos.core import optimizers
-  from tff_algos.flags.hparams import HParams
-  task = benchmark._synthetic_task('emnist_cnn', benchmark.CLIENTS, 0)  # pylint: disable=protected-access
+  from tff_algos.flags.algorithm_flags import HParams
+  task = timing.synthetic_task('emnist_cnn', timing.CLIENTS, 0)  # pylint: disable=protected-access
   data = [task.client_dataset(c) for c in task.client_ids]
   candidates = (HParams(client_learning_rate=0.1, local_steps=STEPS),
                 HParams(client_learning_rate=0.1),
                 HParams(client_optimizer='adam', client_learning_rate=0.01, local_steps=STEPS))
   with runtime_flags.managed_context():
     rounds = collections.OrderedDict()
-    for name, spec in (('fedavg', optimizers.OptimizerSpec('sgd', 0.1)),
-                       ('fedavg_adam', optimizers.OptimizerSpec('adam', 0.01))):
-      rounds[name] = benchmark._Rounds(fedopt.build_fedopt(task.model_fn, fedopt.FedOptConfig(  # pylint: disable=protected-access
-          client_optimizer=spec, local_steps=STEPS)).process, data)
+    for name, optimizer, learning_rate in (('fedavg', 'sgd', 0.1), ('fedavg_adam', 'adam', 0.01)):
+      rounds[name] = timing.Rounds(fedopt.build_fedopt(task.model_fn, fedopt.FedOptConfig(
+          client_optimizer=optimizer, client_learning_rate=learning_rate,
+          local_steps=STEPS)).process, data)
     for name in names:
-      rounds[name], _ = benchmark.algorithm_rounds(name, task, data, candidates)
+      rounds[name], _ = timing.algorithm_rounds(name, task, data, candidates)
     for r in rounds.values():
       r.time(2)  # warm-up
     _print(_time_alternating({k: r.time for k, r in rounds.items()}, FLAGS.repetitions))
@@ -137,8 +136,8 @@ def main(argv):
     return _round_costs(FLAGS.rounds)
   import tensorflow as tf
   import tensorflow_federated as tff
-  from experiments import benchmark
-  task = benchmark._synthetic_task('emnist_cnn', 1, 0)  # pylint: disable=protected-access
+  from experiments.lib import timing
+  task = timing.synthetic_task('emnist_cnn', 1, 0)  # pylint: disable=protected-access
   dataset = task.client_dataset(task.client_ids[0])
   variants, local_training = _variants(task)
   if FLAGS.variants:

@@ -46,7 +46,7 @@ def fit_cohort_to(args: trainer_flags.TrainerArgs, num_clients: int,
 
 def _list(what: str) -> int:
   from tasks import list_tasks  # pylint: disable=g-import-not-at-top
-  from tff_algos.flags import registry  # pylint: disable=g-import-not-at-top
+  from tff_algos.algorithms import registry  # pylint: disable=g-import-not-at-top
   if what == 'tasks':
     for name, spec in list_tasks().items():
       print(f'{name:24s} models: {", ".join(spec.models):40s} {spec.description}')
@@ -69,8 +69,9 @@ def main(argv):
     return _list('tasks' if FLAGS.list_tasks else 'algorithms')
 
   from tasks import get_task  # pylint: disable=g-import-not-at-top
-  from tff_algos.flags import registry  # pylint: disable=g-import-not-at-top
-  from tff_algos.training import run_dir, loop as training
+  from tff_algos import training  # pylint: disable=g-import-not-at-top
+  from tff_algos.flags import algorithm_flags  # pylint: disable=g-import-not-at-top
+  from tff_algos.training import run_dir  # pylint: disable=g-import-not-at-top
   task = get_task(args.task, options)  # data errors surface before any worker starts
   args = fit_cohort_to(args, len(task.client_ids), task.name)
   out_dir = trainer_flags.output_dir(args)
@@ -79,7 +80,7 @@ def main(argv):
                                 'algorithm, optimisers, learning rates, K or E, M and seed)')
   run_dir.check_free(out_dir)  # another run there: refused before any tracing
   with runtime_flags.managed_context():
-    algorithm = registry.build(args.algorithm, task.model_fn, hp)
+    algorithm = algorithm_flags.build(args.algorithm, task.model_fn, hp)
     print(f'{algorithm.name} on {task.name} ({task.info.get("model")}, '
           f'{len(task.client_ids)} clients) -> {out_dir}', flush=True)
     result = training.run_training(algorithm, task, trainer_flags.run_config(out_dir, args),

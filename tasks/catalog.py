@@ -12,7 +12,7 @@ import dataclasses
 import importlib
 from typing import Callable, Optional
 
-from tasks.options import TaskError, TaskOptions
+from tasks.options import SYNTHETIC_HETEROGENEITY, TaskError, TaskOptions  # pylint: disable=unused-import
 
 # Where paper 001's LIBSVM files (mushrooms, ...) come from (`--libsvm_path`).
 LIBSVM_SOURCE = 'https://www.csie.ntu.edu.tw/~cjlin/libsvmtools/datasets/binary.html'
@@ -21,7 +21,6 @@ SPLITS = ('iid', 'sorted', 'dirichlet')
 FEDDYN_SPLITS = ('iid', 'dirichlet')
 PAPER003_SPLITS = FEDDYN_SPLITS + ('stratified',)
 SHAKESPEARE_003_SPLITS = ('natural', 'iid')
-SYNTHETIC_HETEROGENEITY = ('homogeneous', 'type1', 'type2', 'type3')
 # How a task split here divides its data; each task lists those it reads
 # (`TaskSpec.splits`): one it does not read was dropped without a word (digits
 # always splits by Dirichlet label skew, whatever --partition says).

@@ -8,7 +8,7 @@ import pytest
 from tasks import TaskOptions, get_task
 from tff_algos.algorithms import fedopt
 from tff_algos.core import optimizers
-from tff_algos.training import loop as training
+from tff_algos import training
 
 
 def digits_task():
@@ -18,9 +18,7 @@ def digits_task():
 
 def fedavg_with_schedule(task):
   """FedAvg with 3 local steps decaying by 0.8 and an Adam server."""
-  return fedopt.build_fedopt(task.model_fn, fedopt.FedOptConfig(
-      client_optimizer=optimizers.OptimizerSpec('sgd', 0.1), local_steps=3,
-      local_steps_decay=0.8, server_optimizer=optimizers.OptimizerSpec('adam', 0.02)))
+  return fedopt.build_fedopt(task.model_fn, fedopt.FedOptConfig(client_learning_rate=0.1, local_steps=3, local_steps_decay=0.8, server_optimizer='adam', server_learning_rate=0.02))
 
 
 def run_rounds(process, weights, data, rounds):

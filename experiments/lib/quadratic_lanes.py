@@ -48,8 +48,8 @@ def build_lanes(names, gamma: float, eta: float, num_runs: int):
   lane carried by the clients' datasets (`quadratic.lane_client_dataset`),
   which the client loop runs through once."""
   from tasks import quadratic
-  from tff_algos.algorithms import fedopt
   from tff_algos.core import client_work, optimizers, schedules
+  from tff_algos.core.composition import compose
   import tensorflow_federated as tff
   rates = LaneLearningRates(tuple(schedules.ExponentialDecay(
       gamma, RUNS[n].get('client_lr_decay', 1.0)) for n in names))
@@ -58,7 +58,7 @@ def build_lanes(names, gamma: float, eta: float, num_runs: int):
       lambda: quadratic.LaneQuadraticModel(len(names), num_runs),
       optimizers.OptimizerSpec('sgd', gamma).build(), schedule,
       client_weighting=tff.learning.ClientWeighting.UNIFORM)
-  return fedopt.compose('fedavg_lanes', lambda: quadratic.LaneQuadraticModel(
+  return compose('fedavg_lanes', lambda: quadratic.LaneQuadraticModel(
       len(names), num_runs), work, optimizers.OptimizerSpec('sgd', eta).build())
 
 

@@ -38,11 +38,10 @@ from experiments.lib import runtime_flags
 from tasks import feddyn_data
 from tasks import stacked_logistic
 from tasks.registry import TaskOptions
+from tff_algos import training
 from tff_algos.algorithms import fedopt, fedprox, feddyn, scaffold
 from tff_algos.core import local_training
-from tff_algos.core import optimizers
 from tff_algos.core.lanes import Lanes
-from tff_algos.training import loop as training
 
 DIM, CLASSES = feddyn_data.SYNTHETIC_DIM, feddyn_data.SYNTHETIC_CLASSES
 METHODS = ('feddyn', 'scaffold', 'fedavg', 'fedprox')
@@ -82,21 +81,21 @@ def build(method: str, shape: int, grid: Grid, model_fn, data_groups: int = 1):
   lanes = grid.lanes(method) * data_groups
   lr = Lanes([c['lr'] for c in lanes])
   clip = None if grid.clip_norm is None else Lanes([grid.clip_norm] * len(lanes))
-  reg = dict(weight_decay=grid.weight_decay, clip_norm=clip)
+  reg = dict(client_weight_decay=grid.weight_decay, clip_norm=clip,
+             report_device_average=True)
   if method == 'feddyn':
     return feddyn.build_feddyn(model_fn, feddyn.FedDynConfig(
         alpha=Lanes([c['alpha'] for c in lanes]), client_learning_rate=lr,
-        epochs=shape, report_device_average=True, **reg))
+        client_epochs_per_round=shape, **reg))
   if method == 'scaffold':
     return scaffold.build_scaffold(model_fn, scaffold.ScaffoldConfig(
-        client_learning_rate=lr, local_steps=shape, report_device_average=True, **reg))
-  config = fedopt.FedOptConfig(client_optimizer=optimizers.OptimizerSpec('sgd', lr),
-                               epochs=shape, **reg)
+        client_learning_rate=lr, local_steps=shape, **reg))
   if method == 'fedavg':
-    return fedprox.build_fedavg(model_fn, fedprox.FedProxConfig(
-        mu=0.0, fedopt=config, report_device_average=True), name='fedavg')
+    return fedopt.build_fedavg(model_fn, fedopt.FedAvgConfig(
+        client_learning_rate=lr, client_epochs_per_round=shape, **reg), name='fedavg')
   return fedprox.build_fedprox(model_fn, fedprox.FedProxConfig(
-      mu=Lanes([c['mu'] for c in lanes]), fedopt=config, report_device_average=True))
+      mu=Lanes([c['mu'] for c in lanes]), client_learning_rate=lr,
+      client_epochs_per_round=shape, **reg))
 
 
 def models_per_round(algorithm) -> int:

@@ -43,9 +43,10 @@ from paths import DATA
 from tasks import TaskOptions, get_task
 from tff_algos import runtime
 from tff_algos.core import rounds, stateful_process
-from tff_algos.flags import registry
-from tff_algos.flags.hparams import HParams
-from tff_algos.training import loop as training
+from tff_algos.algorithms import registry
+from tff_algos.flags import algorithm_flags
+from tff_algos.flags.algorithm_flags import HParams
+from tff_algos import training
 
 RECORD = os.path.join(DATA, 'bit_identical_models.json')
 NUM_CLIENTS = 4
@@ -70,7 +71,7 @@ def hparams(name: str) -> HParams:
   one_pass = name in ('nastya', 'fedrr', 'fedsgd')  # they take no --local_steps
   hp = HParams() if one_pass else HParams(local_steps=2)
   unset = {f.name for f in dataclasses.fields(HParams)} - (set() if one_pass else {'local_steps'})
-  return registry.with_defaults(name, hp, unset)
+  return algorithm_flags.with_defaults(name, hp, unset)
 
 
 def digest(weights) -> str:
@@ -82,7 +83,7 @@ def digest(weights) -> str:
 
 
 def final_model(name, task, context):
-  algorithm = registry.build(name, task.model_fn, hparams(name))
+  algorithm = algorithm_flags.build(name, task.model_fn, hparams(name))
   process = algorithm.process
   data = [task.client_dataset(cid) for cid in task.client_ids[:NUM_CLIENTS]]
   with context_stack_impl.context_stack.install(context):

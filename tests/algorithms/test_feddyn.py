@@ -9,10 +9,12 @@ from tff_algos.algorithms import feddyn
 from tff_algos.algorithms import fedopt
 from tff_algos.core import optimizers
 from tff_algos.core.stateful_process import Population
-from tff_algos.flags import registry
-from tff_algos.flags.hparams import HParams
+from tff_algos.algorithms import registry
+from tff_algos.flags import algorithm_flags
+from tff_algos.flags.algorithm_flags import HParams
 from tff_algos.training import client_state
-from tff_algos.training import sampling, loop as training
+from tff_algos import training
+from tff_algos.training import sampling
 
 
 def test_feddyn_reaches_the_optimum_where_fedavg_stalls():
@@ -24,9 +26,8 @@ def test_feddyn_reaches_the_optimum_where_fedavg_stalls():
   state, _ = run_stateful(dyn.process, p, [list(range(4))] * rounds, np.zeros(3))
   dyn_error = np.abs(model(dyn.process, state) - p.optimum).max()
 
-  avg = fedopt.build_fedopt(p.model_fn, fedopt.FedOptConfig(
-      client_optimizer=optimizers.OptimizerSpec('sgd', gamma), local_steps=k,
-      uniform_weighting=True)).process
+  avg = fedopt.build_fedopt(p.model_fn, fedopt.FedOptConfig(client_learning_rate=gamma,
+      local_steps=k, uniform_weighting=True)).process
   s = avg.set_model_weights(avg.initialize(), p.weights(np.zeros(3)))
   trajectory = []
   for _ in range(rounds):
@@ -90,11 +91,10 @@ def test_feddyn_follows_the_update_equations(options):
   cohorts = [[0, 1], [2, 1]]
   theta0 = np.array([0.5, -1.0, 2.0])
   alpha, gamma, steps = 0.5, 0.05, 3
-  config = feddyn.FedDynConfig(
-      alpha=alpha, client_learning_rate=gamma, local_steps=steps,
+  config = feddyn.FedDynConfig(alpha=alpha, client_learning_rate=gamma, local_steps=steps,
       adaptive_alpha=options.get('adaptive', False),
       weight_decay_form=options.get('wd_form', False),
-      weight_decay=options.get('weight_decay', 0.0), clip_norm=options.get('clip'),
+      client_weight_decay=options.get('weight_decay', 0.0), clip_norm=options.get('clip'),
       report_device_average=options.get('report', False))
   algorithm = feddyn.build_feddyn(p.model_fn, config)
   sizes = [len(y) for y in p.Y]
@@ -164,12 +164,12 @@ def test_feddyn_traffic_is_one_model_each_way_and_excludes_client_state():
 
 
 def test_feddyn_flags_validate_early():
-  registry.check('feddyn', HParams(feddyn_alpha=0.1, clip_norm=10.0))
+  algorithm_flags.check('feddyn', HParams(feddyn_alpha=0.1, clip_norm=10.0))
   for bad in (HParams(feddyn_alpha=0.0), HParams(clip_norm=-1.0),
               HParams(client_optimizer='adam'), HParams(server_learning_rate=0.5),
               HParams(client_weight_decay=-1.0)):
     with pytest.raises(ValueError):
-      registry.check('feddyn', bad)
+      algorithm_flags.check('feddyn', bad)
 
 
 # -- exact resume through the trainer -------------------------------------------
@@ -180,7 +180,7 @@ def digits():
 
 @pytest.fixture(scope='module')
 def digits_feddyn(digits):
-  return registry.build('feddyn', digits.model_fn, HParams(
+  return algorithm_flags.build('feddyn', digits.model_fn, HParams(
       local_steps=3, client_learning_rate=0.1, feddyn_alpha=0.1,
       feddyn_adaptive_alpha=True, clip_norm=10.0))
 
@@ -307,7 +307,7 @@ def test_weight_decay_form_adds_the_linear_term_formed_once():
   alpha_k = np.float32(0.3)
   linear = feddyn.linear_term([tf.constant(g_k)], [tf.constant(srv)], tf.constant(alpha_k))
   np.testing.assert_array_equal(linear[0], -(g_k + alpha_k * srv))
-  config = feddyn.FedDynConfig(weight_decay_form=True, weight_decay=0.01)
+  config = feddyn.FedDynConfig(weight_decay_form=True, client_weight_decay=0.01)
   got = feddyn.local_gradient(config, [tf.constant(g)], [tf.constant(w)], None, None,
                               tf.constant(alpha_k), linear)
   decay = np.float32(alpha_k + np.float32(0.01))

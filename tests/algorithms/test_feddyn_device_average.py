@@ -7,8 +7,9 @@ import pytest
 from least_squares import Problem, model, run_stateful
 from tff_algos.algorithms import fedprox
 from tff_algos.core.stateful_process import Population
-from tff_algos.flags import registry
-from tff_algos.flags.hparams import HParams
+from tff_algos.algorithms import registry
+from tff_algos.flags import algorithm_flags
+from tff_algos.flags.algorithm_flags import HParams
 
 METHODS = ('feddyn', 'scaffold', 'fedavg', 'fedprox')
 
@@ -42,7 +43,7 @@ def test_fedprox_reports_the_average_of_all_device_models(mu, uniform):
   prox = dict(prox_mu=mu) if mu else {}   # --prox_mu is fedprox's flag only
   hp = HParams(client_learning_rate=gamma, local_steps=steps, uniform_weighting=uniform,
                report_device_average=True, **prox)
-  algorithm = registry.build(name, p.model_fn, hp)
+  algorithm = algorithm_flags.build(name, p.model_fn, hp)
   assert algorithm.stateful_clients
   sizes = np.array([len(y) for y in p.Y], np.float64)
   state, _ = run_stateful(algorithm.process, p, cohorts, x0,
@@ -60,8 +61,8 @@ def test_fedprox_reports_the_average_of_all_device_models(mu, uniform):
 def test_the_device_average_costs_one_more_model_upload(name):
   p = Problem(dim=50)   # a model of 200 bytes
   hp = HParams(local_steps=1)
-  plain = registry.build(name, p.model_fn, hp).traffic
-  with_average = registry.build(
+  plain = algorithm_flags.build(name, p.model_fn, hp).traffic
+  with_average = algorithm_flags.build(
       name, p.model_fn, HParams(local_steps=1, report_device_average=True)).traffic
   assert with_average.model_bytes == plain.model_bytes == 200
   # The same model down (a stateful round also broadcasts the mean client size).
@@ -73,21 +74,20 @@ def test_the_device_average_costs_one_more_model_upload(name):
 def test_the_option_is_refused_where_it_does_not_apply():
   for name in ('fedgbo', 'nastya', 'fedmax'):
     with pytest.raises(ValueError, match='report_device_average'):
-      registry.check(name, HParams(report_device_average=True))
+      algorithm_flags.check(name, HParams(report_device_average=True))
   with pytest.raises(ValueError, match='server_optimizer=sgd'):
-    registry.check('fedavg', HParams(report_device_average=True, server_optimizer='adam'))
+    algorithm_flags.check('fedavg', HParams(report_device_average=True, server_optimizer='adam'))
   with pytest.raises(ValueError, match='server_optimizer=sgd'):
-    fedprox.FedProxConfig(report_device_average=True, fedopt=fedprox.fedopt.FedOptConfig(
-        server_lr_decay=0.99))
+    fedprox.FedProxConfig(report_device_average=True, server_lr_decay=0.99)
 
 
 def test_fedavg_device_average_through_the_trainer_resumes_exactly(tmp_path):
   # The average lives in server state and each device's model in the client
   # store: a run stopped at round 2 and resumed to 4 ends at the same model.
   from tasks import TaskOptions, get_task
-  from tff_algos.training import loop as training
+  from tff_algos import training
   task = get_task('digits', TaskOptions(batch_size=16, num_clients=10, model='logistic'))
-  algorithm = registry.build('fedavg', task.model_fn, HParams(
+  algorithm = algorithm_flags.build('fedavg', task.model_fn, HParams(
       local_steps=3, client_learning_rate=0.1, report_device_average=True))
 
   def run(out, rounds):

@@ -8,9 +8,8 @@ from tasks import TaskOptions, get_task
 from tff_algos.algorithms import fedgbo
 from tff_algos.algorithms import fedopt
 from tff_algos.algorithms.gbo import optimizers as gbo_optimizers
-from tff_algos.core import optimizers
-from tff_algos.flags import registry
-from tff_algos.flags.hparams import HParams
+from tff_algos.flags import algorithm_flags
+from tff_algos.flags.algorithm_flags import HParams
 
 K = 3
 
@@ -36,11 +35,10 @@ def _sgdm_zero_and_fedavg(task, **fedavg_options):
   `fedavg_options`) from the same initial weights, on the same 3 clients:
   (initial weights, FedGBO's final state and weights, FedAvg's final weights)."""
   data = [task.client_dataset(cid) for cid in task.client_ids[:3]]
-  gbo = fedgbo.build_fedgbo(task.model_fn, fedgbo.FedGBOConfig(
-      optimizer=gbo_optimizers.SGDm(0.0), learning_rate=0.1, local_steps=K))
-  avg = fedopt.build_fedopt(task.model_fn, fedopt.FedOptConfig(
-      client_optimizer=optimizers.OptimizerSpec('sgd', 0.1), local_steps=K,
-      **fedavg_options))
+  gbo = fedgbo.build_fedgbo(task.model_fn, fedgbo.FedGBOConfig(optimizer=gbo_optimizers.SGDm(0.0),
+      client_learning_rate=0.1, local_steps=K))
+  avg = fedopt.build_fedopt(task.model_fn,
+      fedopt.FedOptConfig(client_learning_rate=0.1, local_steps=K, **fedavg_options))
   s_gbo = run_rounds(gbo.process, data, 3)
   init = gbo.process.get_model_weights(gbo.process.initialize())
   s_avg = run_rounds(avg.process, data, 3,
@@ -66,7 +64,7 @@ def test_decaying_server_lr_reaches_the_finalizer(task, monkeypatch):
       0.1, 1.0, K, 1.0, 1, server_lr=schedules.ExponentialDecay(0.5, 0.7))
   monkeypatch.setattr(fedgbo.FedGBOConfig, 'client_schedule', lambda self: schedule)
   _, s_gbo, w_gbo, w_avg = _sgdm_zero_and_fedavg(
-      task, server_optimizer=optimizers.OptimizerSpec('sgd', 0.5), server_lr_decay=0.7)
+      task, server_learning_rate=0.5, server_lr_decay=0.7)
   # The finalizer's rate last set: eta_2 (the round number was 2 in round 3).
   np.testing.assert_allclose(s_gbo.finalizer['learning_rate'], 0.5 * 0.7**2, rtol=1e-6)
   for a, b in zip(w_gbo, w_avg):
@@ -144,9 +142,8 @@ def test_inverse_step_recovers_average_local_gradient(task, name, lr, reference,
   opt = gbo_optimizers.build(name, beta_1=0.5 if name == 'sgdm' else None,
                              reference_conventions=reference)
   dataset = task.client_dataset(task.client_ids[0])
-  alg = fedgbo.build_fedgbo(task.model_fn, fedgbo.FedGBOConfig(
-      optimizer=opt, learning_rate=lr, local_steps=K, local_steps_decay=decay,
-      client_lr_decay=decay))
+  alg = fedgbo.build_fedgbo(task.model_fn, fedgbo.FedGBOConfig(optimizer=opt,
+      client_learning_rate=lr, local_steps=K, local_steps_decay=decay, client_lr_decay=decay))
   # x_0 = 0: the moves x_t - x_{t+1} are then not small differences of large
   # weights, so float32 rounding of x does not swamp the inverse step.
   state = alg.process.initialize()
@@ -204,8 +201,8 @@ def test_diverging_clients_leave_model_and_statistics_unchanged(task):
   """An infinite step makes every client non-finite: each gets weight 0, and
   neither x_t nor the statistics (nor their count) move."""
   data = [task.client_dataset(cid) for cid in task.client_ids[:2]]
-  alg = fedgbo.build_fedgbo(task.model_fn, fedgbo.FedGBOConfig(
-      optimizer=gbo_optimizers.Adam(), learning_rate=float('inf'), local_steps=2))
+  alg = fedgbo.build_fedgbo(task.model_fn, fedgbo.FedGBOConfig(optimizer=gbo_optimizers.Adam(),
+      client_learning_rate=float('inf'), local_steps=2))
   state = alg.process.initialize()
   out = alg.process.next(state, data)
   assert out.metrics['client_work']['non_finite_clients'] == 2
@@ -242,21 +239,22 @@ def _hp(**kwargs):
 ])
 def test_check_rejects_bad_hparams(kwargs, message):
   with pytest.raises(ValueError, match=message):
-    registry.check('fedgbo', _hp(**kwargs))
+    algorithm_flags.check('fedgbo', _hp(**kwargs))
 
 
 def test_check_accepts_each_optimizer():
   for name in gbo_optimizers.NAMES:
     for algorithm in ('fedgbo', 'mimelite', 'mimexlite', 'mfl'):
-      registry.check(algorithm, _hp(client_optimizer=name))
-  config = fedgbo.FedGBOConfig.from_hparams(_hp(client_optimizer='adam',
-                                                gbo_reference_conventions=True))
-  assert config.uniform_weighting
-  assert (config.optimizer.initial_v, config.optimizer.bias_correction,
-          config.optimizer.epsilon) == (1.0, False, 1e-3)
-  config = fedgbo.FedGBOConfig.reference('rmsprop', beta_2=0.5, local_steps=4)
-  assert config.uniform_weighting and config.local_steps == 4
-  assert config.optimizer == gbo_optimizers.RMSProp(
+      algorithm_flags.check(algorithm, _hp(client_optimizer=name))
+  config = algorithm_flags.config('fedgbo', _hp(client_optimizer='adam',
+                                                 gbo_reference_conventions=True))
+  assert config.plain_mean
+  optimizer = gbo_optimizers.of_config(config)
+  assert (optimizer.initial_v, optimizer.bias_correction, optimizer.epsilon) == (1.0, False, 1e-3)
+  config = fedgbo.FedGBOConfig(client_optimizer='rmsprop', client_beta_2=0.5,
+                               reference_conventions=True, local_steps=4)
+  assert config.plain_mean and config.local_steps == 4
+  assert gbo_optimizers.of_config(config) == gbo_optimizers.RMSProp(
       0.5, epsilon=1e-3, bias_correction=False, initial_v=1.0)
   assert gbo_optimizers.build('adam') == gbo_optimizers.Adam(
       0.9, 0.99, epsilon=1e-3, bias_correction=True, initial_v=0.0)

@@ -11,8 +11,9 @@ from tasks import TaskOptions
 from tasks import base, embedded, models
 from tff_algos.algorithms import fedmax, fedopt
 from tff_algos.core import optimizers
-from tff_algos.flags import registry
-from tff_algos.flags.hparams import HParams
+from tff_algos.algorithms import registry
+from tff_algos.flags import algorithm_flags
+from tff_algos.flags.algorithm_flags import HParams
 
 
 def softmax(a):
@@ -72,11 +73,10 @@ def test_entropy_term_gradient_matches_numpy(task, reference_kl):
 
 
 def test_beta_zero_is_fedavg_exactly(task):
-  config = fedopt.FedOptConfig(client_optimizer=optimizers.OptimizerSpec('sgd', 0.1),
-                               local_steps=3)
-  avg = fedopt.build_fedopt(task.model_fn, config)
-  fmax0 = fedmax.build_fedmax(task.model_fn, fedmax.FedMaxConfig(fedopt=config, beta=0.0))
-  fmax = fedmax.build_fedmax(task.model_fn, fedmax.FedMaxConfig(fedopt=config, beta=5.0))
+  config = dict(client_learning_rate=0.1, local_steps=3)
+  avg = fedopt.build_fedopt(task.model_fn, fedopt.FedOptConfig(**config))
+  fmax0 = fedmax.build_fedmax(task.model_fn, fedmax.FedMaxConfig(beta=0.0, **config))
+  fmax = fedmax.build_fedmax(task.model_fn, fedmax.FedMaxConfig(beta=5.0, **config))
   assert fmax.traffic == avg.traffic   # download x, upload x (paper 004 Table 1)
   data = [task.client_dataset(c) for c in task.client_ids[:3]]
   tf.keras.utils.set_random_seed(0)
@@ -116,5 +116,5 @@ def test_linear_models_and_bad_beta_are_rejected():
   with pytest.raises(ValueError, match='penultimate'):
     fedmax.build_fedmax(task.model_fn)
   with pytest.raises(ValueError, match='fedmax_beta'):
-    registry.check('fedmax', HParams(fedmax_beta=-1.0))
+    algorithm_flags.check('fedmax', HParams(fedmax_beta=-1.0))
   assert registry.get('fedmax').name == 'fedmax'

@@ -6,8 +6,9 @@ import pytest
 
 from least_squares import Problem
 from processes import run_rounds, trainable
-from tff_algos.flags import registry
-from tff_algos.flags.hparams import HParams
+from tff_algos.algorithms import registry
+from tff_algos.flags import algorithm_flags
+from tff_algos.flags.algorithm_flags import HParams
 
 GAMMA, SERVER_LR = 0.05, 0.7
 X0 = np.array([0.3, -0.2, 1.0])
@@ -19,7 +20,7 @@ def problem():
 
 
 def run(name, p, hp, batch_size, rounds=3):
-  process = registry.build(name, p.model_fn, hp).process
+  process = algorithm_flags.build(name, p.model_fn, hp).process
   state, outputs = run_rounds(process, p.weights(X0), p.datasets(batch_size=batch_size),
                               rounds)
   return trainable(process, state)[0], outputs
@@ -78,7 +79,7 @@ def test_unequal_steps_follow_the_normalised_rule(problem):
     ({'local_steps_decay': 0.9}, 'local_steps_decay needs local_steps'),
 ])
 def test_the_registry_refuses_flags_fednova_does_not_read(flags, message):
-  registry.check('fednova', HParams(local_steps=4, server_learning_rate=0.5,
+  algorithm_flags.check('fednova', HParams(local_steps=4, server_learning_rate=0.5,
                                     client_lr_decay=0.99))   # flags it reads
   with pytest.raises(ValueError, match=message):
-    registry.check_flags('fednova', HParams(**flags))
+    algorithm_flags.check_flags('fednova', HParams(**flags))

@@ -8,7 +8,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from processes import run_rounds, trainable
-from tff_algos.algorithms import fedopt
+from tff_algos.algorithms import fedopt, groups
 from tff_algos.core import optimizers
 
 NUM_CLIENTS = 4
@@ -33,8 +33,7 @@ def assert_close(a, b, atol):
 def test_fedavg_matches_tff_build_weighted_fed_avg(task, client_data, init_weights, server):
   server_spec = optimizers.OptimizerSpec(server, 1.0 if server == 'sgd' else 0.01)
   ours = fedopt.build_fedopt(task.model_fn, fedopt.FedOptConfig(
-      client_optimizer=optimizers.OptimizerSpec('sgd', 0.1),
-      server_optimizer=server_spec, epochs=1))
+      client_learning_rate=0.1, **groups.optimizer_fields('server', server_spec)))
   theirs = tff.learning.algorithms.build_weighted_fed_avg(
       task.model_fn, client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1),
       server_optimizer_fn=server_spec.build())
@@ -56,7 +55,8 @@ def test_fedsgd_matches_tff_build_fed_sgd(task, init_weights):
   data = [task.client_dataset(cid).unbatch().batch(1000)
           for cid in task.client_ids[:NUM_CLIENTS]]
   server = optimizers.OptimizerSpec('sgd', 0.5)
-  ours = fedopt.build_fedsgd(task.model_fn, fedopt.FedSGDConfig(server))
+  ours = fedopt.build_fedsgd(task.model_fn,
+      fedopt.FedSGDConfig(**groups.optimizer_fields('server', server)))
   theirs = tff.learning.algorithms.build_fed_sgd(task.model_fn,
                                                  server_optimizer_fn=server.build())
   s1, out1 = run_rounds(ours.process, init_weights, data, 3)
@@ -67,16 +67,15 @@ def test_fedsgd_matches_tff_build_fed_sgd(task, init_weights):
 
 def _pseudo_gradient(task, init_weights, data):
   """q_1 = weighted mean client delta, read off one FedAvg round with eta = 1."""
-  sgd = fedopt.build_fedopt(task.model_fn, fedopt.FedOptConfig(
-      client_optimizer=optimizers.OptimizerSpec('sgd', 0.1), local_steps=3))
+  sgd = fedopt.build_fedopt(task.model_fn,
+      fedopt.FedOptConfig(client_learning_rate=0.1, local_steps=3))
   state, _ = run_rounds(sgd.process, init_weights, data, 2)
   return sgd, state
 
 
 def _server_rounds(task, init_weights, data, spec, rounds):
   alg = fedopt.build_fedopt(task.model_fn, fedopt.FedOptConfig(
-      client_optimizer=optimizers.OptimizerSpec('sgd', 0.1), local_steps=3,
-      server_optimizer=spec))
+      client_learning_rate=0.1, local_steps=3, **groups.optimizer_fields('server', spec)))
   state, _ = run_rounds(alg.process, init_weights, data, rounds)
   return trainable(alg.process, state)
 
@@ -94,8 +93,8 @@ def test_adaptive_server_steps_match_formulas(task, client_data, init_weights, n
   # one weight of 640 by 1e-4 (seen in CI). The formulas tested are the same.
   spec = optimizers.OptimizerSpec(name, 0.03, epsilon=1e-3)
   b1, b2, eps = spec.get('beta_1') or 0.0, spec.get('beta_2') or 0.0, spec.get('epsilon')
-  sgd = fedopt.build_fedopt(task.model_fn, fedopt.FedOptConfig(
-      client_optimizer=optimizers.OptimizerSpec('sgd', 0.1), local_steps=3))
+  sgd = fedopt.build_fedopt(task.model_fn,
+      fedopt.FedOptConfig(client_learning_rate=0.1, local_steps=3))
 
   def q_at(weights):
     state, _ = run_rounds(sgd.process, weights, client_data, 1)
@@ -154,10 +153,8 @@ def test_adagrad_puts_epsilon_outside_the_square_root():
 
 
 def test_decay_schedules_reach_clients(task, client_data, init_weights):
-  config = fedopt.FedOptConfig(
-      client_optimizer=optimizers.OptimizerSpec('sgd', 0.1), local_steps=4,
-      local_steps_decay=0.5, client_lr_decay=0.9,
-      server_optimizer=optimizers.OptimizerSpec('sgd', 1.0), server_lr_decay=0.8)
+  config = fedopt.FedOptConfig(client_learning_rate=0.1, local_steps=4, local_steps_decay=0.5,
+      client_lr_decay=0.9, server_learning_rate=1.0, server_lr_decay=0.8)
   alg = fedopt.build_fedopt(task.model_fn, config)
   state, outs = run_rounds(alg.process, init_weights, client_data, 4)
   cw = [o.metrics['client_work'] for o in outs]
@@ -174,9 +171,8 @@ def test_decay_schedules_reach_clients(task, client_data, init_weights):
 
 def test_rejected_rounds_do_not_shift_the_server_schedule(task, client_data, init_weights):
   """eta_t follows the round number even when rounds are rejected (non-finite)."""
-  alg = fedopt.build_fedopt(task.model_fn, fedopt.FedOptConfig(
-      client_optimizer=optimizers.OptimizerSpec('sgd', float('inf')), local_steps=5,
-      server_optimizer=optimizers.OptimizerSpec('sgd', 1.0), server_lr_decay=0.5))
+  alg = fedopt.build_fedopt(task.model_fn, fedopt.FedOptConfig(client_learning_rate=float('inf'),
+      local_steps=5, server_learning_rate=1.0, server_lr_decay=0.5))
   state, outs = run_rounds(alg.process, init_weights, client_data, 3)
   assert [int(o.metrics['finalizer']['update_non_finite']) for o in outs] == [1, 1, 1]
   assert_close(trainable(alg.process, state), init_weights.trainable, 0.0)
@@ -185,11 +181,10 @@ def test_rejected_rounds_do_not_shift_the_server_schedule(task, client_data, ini
 
 def test_server_lr_schedule_applies_eta_t(task, client_data, init_weights):
   """With d_eta, round t's step is eta_0 d^t times the pseudo-gradient."""
-  base = fedopt.FedOptConfig(client_optimizer=optimizers.OptimizerSpec('sgd', 0.1),
-                             local_steps=2)
+  base = fedopt.FedOptConfig(client_learning_rate=0.1, local_steps=2)
   plain = fedopt.build_fedopt(task.model_fn, base)
   decayed = fedopt.build_fedopt(task.model_fn, fedopt.FedOptConfig(
-      client_optimizer=base.client_optimizer, local_steps=2, server_lr_decay=0.5))
+      client_learning_rate=base.client_learning_rate, local_steps=2, server_lr_decay=0.5))
   # Round 0 has eta_0 = 1 for both; round 1 of `decayed` uses eta = 0.5.
   s_plain, _ = run_rounds(plain.process, init_weights, client_data, 1)
   x1 = tff.learning.models.ModelWeights(trainable=trainable(plain.process, s_plain),
@@ -202,9 +197,8 @@ def test_server_lr_schedule_applies_eta_t(task, client_data, init_weights):
 
 
 def test_non_finite_update_leaves_server_state_unchanged(task, client_data, init_weights):
-  alg = fedopt.build_fedopt(task.model_fn, fedopt.FedOptConfig(
-      client_optimizer=optimizers.OptimizerSpec('sgd', float('inf')), local_steps=5,
-      server_optimizer=optimizers.OptimizerSpec('adam', 0.01)))
+  alg = fedopt.build_fedopt(task.model_fn, fedopt.FedOptConfig(client_learning_rate=float('inf'),
+      local_steps=5, server_optimizer='adam', server_learning_rate=0.01))
   state0 = alg.process.set_model_weights(alg.process.initialize(), init_weights)
   out = alg.process.next(state0, client_data)
   cw = out.metrics['client_work']
@@ -230,7 +224,7 @@ def test_k_step_clients_are_weighted_by_dataset_size(task, init_weights):
   data = [task.client_dataset(c) for c in ids]
   sizes = [len(task.train_data.client_arrays(c)['y']) for c in ids]
   assert sizes[0] != sizes[1]
-  cfg = dict(client_optimizer=optimizers.OptimizerSpec('sgd', 0.1), local_steps=3)
+  cfg = dict(client_learning_rate=0.1, local_steps=3)
   both = fedopt.build_fedopt(task.model_fn, fedopt.FedOptConfig(**cfg))
   state, _ = run_rounds(both.process, init_weights, data, 1)
   deltas = []
@@ -267,7 +261,7 @@ class _NeedsAutoGraph(tff.learning.optimizers.Optimizer):
 def test_finalizer_without_autograph_equals_tffs(name):
   """core.finalizer's copy of TFF's finalizer: same types, and the same state,
   weights and measurements bit for bit over finite and non-finite updates."""
-  from tff_algos.algorithms import adaptive_step
+  from tff_algos.algorithms.nastya import adaptive_step
   from tff_algos.core import finalizer
   optimizer = dict(
       sgd=lambda: tff.learning.optimizers.build_sgdm(0.3),
@@ -339,8 +333,8 @@ def test_token_weighting_weights_each_client_by_its_nonzero_targets(task, client
   """--token_weighting (Reddi et al.'s num_tokens): the round's model is the mean
   of the clients' one-client models weighted by their targets != 0 (here: digit
   labels other than 0), not by their examples."""
-  alg = fedopt.build_fedopt(task.model_fn, fedopt.FedOptConfig(
-      client_optimizer=optimizers.OptimizerSpec('sgd', 0.1), epochs=1, token_weighting=True))
+  alg = fedopt.build_fedopt(task.model_fn, fedopt.FedAvgConfig(client_learning_rate=0.1,
+      client_epochs_per_round=1, token_weighting=True))
   pair = client_data[:2]
   alone = [trainable(alg.process, run_rounds(alg.process, init_weights, [d], 1)[0])
            for d in pair]
@@ -356,4 +350,4 @@ def test_token_weighting_weights_each_client_by_its_nonzero_targets(task, client
   by_examples = [(examples[0] * a + examples[1] * b) / sum(examples) for a, b in zip(*alone)]
   assert max(np.abs(x - y).max() for x, y in zip(both, by_examples)) > 1e-5
   with pytest.raises(ValueError, match='exclude each other'):
-    fedopt.FedOptConfig(uniform_weighting=True, token_weighting=True)
+    fedopt.FedAvgConfig(uniform_weighting=True, token_weighting=True)

@@ -8,8 +8,9 @@ from least_squares import Problem
 from tff_algos.algorithms import fedopt
 from tff_algos.algorithms import fedprox
 from tff_algos.core import optimizers
-from tff_algos.flags import registry
-from tff_algos.flags.hparams import HParams
+from tff_algos.algorithms import registry
+from tff_algos.flags import algorithm_flags
+from tff_algos.flags.algorithm_flags import HParams
 
 GAMMA, BATCH, SERVER_LR = 0.05, 3, 0.8
 X0 = np.array([0.3, -0.2, 1.0])
@@ -59,7 +60,7 @@ def tff_fed_prox(p, mu):
 
 
 def ours(p, mu):
-  return registry.build('fedprox', p.model_fn, HParams(
+  return algorithm_flags.build('fedprox', p.model_fn, HParams(
       prox_mu=mu, client_learning_rate=GAMMA, server_learning_rate=SERVER_LR)).process
 
 
@@ -93,7 +94,7 @@ def test_weight_decay_and_clipping_follow_paper_003s_reference_code(problem, alg
   hp = HParams(client_learning_rate=GAMMA, server_learning_rate=SERVER_LR,
                client_weight_decay=0.1, clip_norm=0.5,
                **({'prox_mu': mu} if algorithm == 'fedprox' else {}))
-  result = run(registry.build(algorithm, problem.model_fn, hp).process, problem, 2)
+  result = run(algorithm_flags.build(algorithm, problem.model_fn, hp).process, problem, 2)
   clipped = []
   expected = reference_fedprox(problem, 2, mu, weight_decay=0.1, clip=0.5, clipped=clipped)
   assert clipped  # the clipping branch was exercised
@@ -116,10 +117,9 @@ def test_fedprox_equals_tff_at_mu_0_and_tff_has_the_opposite_sign(problem):
 
 def test_fedprox_mu_0_is_fedavg_and_traffic_is_fedavgs():
   p = Problem(seed=1)
-  config = fedopt.FedOptConfig(client_optimizer=optimizers.OptimizerSpec('sgd', 0.05),
-                               local_steps=4)
-  prox = fedprox.build_fedprox(p.model_fn, fedprox.FedProxConfig(mu=0.0, fedopt=config))
-  avg = fedopt.build_fedopt(p.model_fn, config)
+  config = dict(client_learning_rate=0.05, local_steps=4)
+  prox = fedprox.build_fedprox(p.model_fn, fedprox.FedProxConfig(mu=0.0, **config))
+  avg = fedopt.build_fedopt(p.model_fn, fedopt.FedOptConfig(**config))
   assert prox.traffic == avg.traffic
   # Paper 004 eq. (22): FedProx costs 5 operations per parameter and step, SGD 2.
   assert (prox.compute.optimizer_flops_per_param, avg.compute.optimizer_flops_per_param) == (5, 2)
@@ -128,9 +128,9 @@ def test_fedprox_mu_0_is_fedavg_and_traffic_is_fedavgs():
 
 
 def test_fedprox_flags_validate_early():
-  registry.check('fedprox', HParams(prox_mu=0.1, server_optimizer='adam',
+  algorithm_flags.check('fedprox', HParams(prox_mu=0.1, server_optimizer='adam',
                                     server_learning_rate=0.01, local_steps=5))
   for bad in (HParams(prox_mu=-1.0), HParams(client_epochs_per_round=0),
               HParams(local_steps_decay=0.9)):
     with pytest.raises(ValueError):
-      registry.check('fedprox', bad)
+      algorithm_flags.check('fedprox', bad)

@@ -11,9 +11,9 @@ import tensorflow_federated as tff
 
 from tasks import TaskOptions, get_task, quadratic
 from tff_algos.algorithms import fedopt, local_update
-from tff_algos.algorithms import plateau
+from tff_algos.algorithms.local_update import plateau
 from tff_algos.core import optimizers
-from tff_algos.training import loop as training
+from tff_algos import training
 
 DIM = 3
 
@@ -35,8 +35,7 @@ def quad():
 def _one_round_q(task, theta, gamma):
   """Mean client output q = x_0 - x_1 for server SGD with eta = 1, all clients."""
   alg = local_update.build_local_update(task.model_fn, local_update.LocalUpdateConfig(
-      theta=tuple(theta), client_learning_rate=gamma,
-      server_optimizer=optimizers.OptimizerSpec('sgd', 1.0)))
+      theta=tuple(theta), client_learning_rate=gamma, server_learning_rate=1.0))
   state = alg.process.initialize()
   x0 = np.asarray(state.global_model_weights.trainable[0], np.float64)
   data = [task.client_dataset(cid) for cid in task.client_ids]
@@ -92,8 +91,7 @@ def test_update_norm_is_the_norm_of_q_before_eta(quad):
   # Paper 002, Fig. 3: ||q_t||, the averaged client output (x_{t+1} = x_t - eta q_t).
   a, c, x0, task = quad
   alg = local_update.build_local_update(task.model_fn, local_update.LocalUpdateConfig(
-      theta=(1.0, 1.0, 1.0), client_learning_rate=0.1,
-      server_optimizer=optimizers.OptimizerSpec('sgd', 0.25)))
+      theta=(1.0, 1.0, 1.0), client_learning_rate=0.1, server_learning_rate=0.25))
   state = alg.process.initialize()
   out = alg.process.next(state, [task.client_dataset(cid) for cid in task.client_ids])
   q = _q_theory(a, c, x0, (1, 1, 1), 0.1)
@@ -103,15 +101,16 @@ def test_update_norm_is_the_norm_of_q_before_eta(quad):
 
 
 def test_reference_semantics_flag_weights_by_examples_unless_uniform():
-  from tff_algos.flags.hparams import HParams
+  from tff_algos.flags.algorithm_flags import HParams
+  from tff_algos.flags import algorithm_flags
   ref = HParams(decay_reference_semantics=True)
-  assert local_update.LocalUpdateConfig.from_hparams(ref).example_weighted
-  assert local_update.DecayConfig.from_hparams(ref).semantics == 'reference'
-  assert not local_update.LocalUpdateConfig.from_hparams(HParams(
+  assert algorithm_flags.config('local_update', ref).example_weighted
+  assert algorithm_flags.config('local_update_decay', ref).semantics == 'reference'
+  assert not algorithm_flags.config('local_update', HParams(
       decay_reference_semantics=True, uniform_weighting=True)).example_weighted
   paper = HParams()
-  assert not local_update.LocalUpdateConfig.from_hparams(paper).example_weighted
-  assert local_update.DecayConfig.from_hparams(paper).semantics == 'paper'
+  assert not algorithm_flags.config('local_update', paper).example_weighted
+  assert algorithm_flags.config('local_update_decay', paper).semantics == 'paper'
 
 
 def test_gamma_zero_gives_the_true_gradient(quad):
@@ -152,11 +151,9 @@ def test_reptile_with_eta_gamma_is_fedavg_with_server_lr_1():
   init = training.initial_model_weights(task, 0)
   gamma, k = 0.1, 4
   lu = local_update.build_local_update(task.model_fn, local_update.LocalUpdateConfig(
-      theta=(1.0,) * k, client_learning_rate=gamma,
-      server_optimizer=optimizers.OptimizerSpec('sgd', gamma)))
-  fa = fedopt.build_fedopt(task.model_fn, fedopt.FedOptConfig(
-      client_optimizer=optimizers.OptimizerSpec('sgd', gamma), local_steps=k,
-      server_optimizer=optimizers.OptimizerSpec('sgd', 1.0), uniform_weighting=True))
+      theta=(1.0,) * k, client_learning_rate=gamma, server_learning_rate=gamma))
+  fa = fedopt.build_fedopt(task.model_fn, fedopt.FedOptConfig(client_learning_rate=gamma,
+      local_steps=k, server_learning_rate=1.0, uniform_weighting=True))
   results = []
   for alg in (lu, fa):
     state = alg.process.set_model_weights(alg.process.initialize(), init)
@@ -273,9 +270,7 @@ def test_unknown_semantics_rejected():
 
 def test_pre_training_loss_is_measured_before_any_local_step(quad):
   a, c, x0, task = quad
-  alg = local_update.build_local_update_decay(task.model_fn, local_update.LocalUpdateDecayConfig(
-      local_update.LocalUpdateConfig(theta=(1.0,) * 5, client_learning_rate=0.2),
-      local_update.DecayConfig(window=2, patience=1, cooldown=0)))
+  alg = local_update.build_local_update_decay(task.model_fn, local_update.LocalUpdateDecayConfig(theta=(1.0,) * 5, client_learning_rate=0.2, decay_window=2, decay_patience=1, decay_cooldown=0))
   state = alg.process.initialize()
   out = alg.process.next(state, [task.client_dataset(cid) for cid in task.client_ids])
   expected = np.mean([0.5 * (x0 - ci) @ ai @ (x0 - ci) for ai, ci in zip(a, c)])
@@ -286,12 +281,7 @@ def test_pre_training_loss_is_measured_before_any_local_step(quad):
 
 
 def _decay_run(task, out_dir, crash_at=None):
-  alg = local_update.build_local_update_decay(task.model_fn, local_update.LocalUpdateDecayConfig(
-      local_update.LocalUpdateConfig(theta=(1.0,) * 2, client_learning_rate=0.1,
-                                     server_optimizer=optimizers.OptimizerSpec('sgd', 0.1)),
-      # min_delta larger than any improvement: decays every 2 rounds after cooldown.
-      local_update.DecayConfig(min_delta=100.0, window=2, patience=2, cooldown=1,
-                               client_decay=0.5, server_decay=0.8)))
+  alg = local_update.build_local_update_decay(task.model_fn, local_update.LocalUpdateDecayConfig(theta=(1.0,) * 2, client_learning_rate=0.1, server_learning_rate=0.1, decay_min_delta=100.0, decay_window=2, decay_patience=2, decay_cooldown=1, client_lr_decay_factor=0.5, server_lr_decay_factor=0.8))
 
   def crash(done, state, row):
     if done == crash_at:

@@ -12,8 +12,9 @@ from tasks import TaskOptions, get_task
 from tff_algos.algorithms import mfl
 from tff_algos.algorithms.gbo import optimizers as gbo_optimizers
 from tff_algos.core import optimizers
-from tff_algos.flags import registry
-from tff_algos.flags.hparams import HParams
+from tff_algos.algorithms import registry
+from tff_algos.flags import algorithm_flags
+from tff_algos.flags.algorithm_flags import HParams
 
 K = 3
 SPEC = optimizers.OptimizerSpec('adam', 0.02)
@@ -97,7 +98,7 @@ def test_check_rejects_bad_hparams(kwargs, message):
   hp = dict(client_optimizer='sgdm', local_steps=5)
   hp.update(kwargs)
   with pytest.raises(ValueError, match=message):
-    registry.check('mfl', HParams(**hp))
+    algorithm_flags.check('mfl', HParams(**hp))
 
 
 # --- paper 004's optimisers with moving statistics ---------------------------
@@ -130,8 +131,8 @@ def test_one_client_mfl_runs_the_papers_optimiser(task, name, reference):
   rule = gbo_optimizers.build(name, beta_1=None if name == 'rmsprop' else b1,
                               beta_2=None if name == 'sgdm' else b2,
                               reference_conventions=reference)
-  algorithm = mfl.build_mfl(task.model_fn, mfl.MFLConfig(
-      optimizer=rule, learning_rate=lr, local_steps=K))
+  algorithm = mfl.build_mfl(task.model_fn,
+      mfl.MFLConfig(optimizer=rule, client_learning_rate=lr, local_steps=K))
   dataset = task.client_dataset(task.client_ids[0])
   state = algorithm.process.initialize()
   weights = [np.asarray(w) for w in algorithm.process.get_model_weights(state).trainable]
@@ -189,17 +190,18 @@ def test_dampened_sgdm_steady_step_is_lr_times_gradient():
 def test_trainer_mfl_runs_fedgbos_optimisers():
   """The flags give FedGBO's optimisers (dampened SGDm; beta_2 = 0.99, eps = 1e-3
   by default; --gbo_reference_conventions: v_0 = 1, no correction, 1/M)."""
-  config = mfl.MFLConfig.from_hparams(HParams(client_optimizer='sgdm', client_momentum=0.6,
-                                              client_learning_rate=0.3, local_steps=5))
-  assert config.optimizer == gbo_optimizers.SGDm(0.6) and config.tff_optimizer is None
-  assert config.learning_rate == 0.3 and not config.uniform_weighting
-  config = mfl.MFLConfig.from_hparams(HParams(client_optimizer='adam', local_steps=5))
-  assert config.optimizer == gbo_optimizers.Adam(0.9, 0.99, epsilon=1e-3)
-  config = mfl.MFLConfig.from_hparams(HParams(client_optimizer='rmsprop', local_steps=5,
-                                              gbo_reference_conventions=True))
-  assert config.optimizer == gbo_optimizers.RMSProp(
+  config = algorithm_flags.config('mfl', HParams(
+      client_optimizer='sgdm', client_momentum=0.6, client_learning_rate=0.3, local_steps=5))
+  assert gbo_optimizers.of_config(config) == gbo_optimizers.SGDm(0.6)
+  assert config.tff_optimizer is None
+  assert config.client_learning_rate == 0.3 and not config.plain_mean
+  config = algorithm_flags.config('mfl', HParams(client_optimizer='adam', local_steps=5))
+  assert gbo_optimizers.of_config(config) == gbo_optimizers.Adam(0.9, 0.99, epsilon=1e-3)
+  config = algorithm_flags.config('mfl', HParams(client_optimizer='rmsprop', local_steps=5,
+                                                 gbo_reference_conventions=True))
+  assert gbo_optimizers.of_config(config) == gbo_optimizers.RMSProp(
       0.9, epsilon=1e-3, bias_correction=False, initial_v=1.0)
-  assert config.uniform_weighting
+  assert config.plain_mean
 
 
 def test_tff_sgdm_at_lr_times_one_minus_beta_is_the_dampened_sgdm():

@@ -20,7 +20,8 @@ def test_mimelite_matches_tff_build_weighted_mime_lite(task, client_data):
   """
   eta, beta = 0.5, 0.9
   ours = mime.build_mime(task.model_fn, mime.MimeConfig(
-      optimizer=gbo_optimizers.SGDm(beta), learning_rate=eta, epochs=1))
+      optimizer=gbo_optimizers.SGDm(beta), client_learning_rate=eta, local_steps=None,
+      client_epochs_per_round=1))
   theirs = tff.learning.algorithms.build_weighted_mime_lite(
       task.model_fn, base_optimizer=tff.learning.optimizers.build_sgdm(
           eta * (1 - beta), momentum=beta))
@@ -50,9 +51,8 @@ def test_mimexlite_tracks_one_minibatch_gradient(task, client_data):
   """After one round, m_1 = (1 - beta) * sum_i n_i g_i / sum_i n_i, with g_i the
   gradient at x_0 of client i's FIRST minibatch (numpy recomputation)."""
   beta = 0.5
-  alg = mime.build_mime(task.model_fn, mime.MimeConfig(
-      optimizer=gbo_optimizers.SGDm(beta), learning_rate=0.1, local_steps=2,
-      gradient=mime.ONE_BATCH))
+  alg = mime.build_mime(task.model_fn, mime.MimeConfig(optimizer=gbo_optimizers.SGDm(beta),
+      client_learning_rate=0.1, local_steps=2, gradient=mime.ONE_BATCH))
   assert alg.name == 'mimexlite' and alg.compute.extra_gradient == 'one_batch'
   state = alg.process.initialize()
   x0 = trainable(alg.process, state)

@@ -14,12 +14,14 @@ import tensorflow_federated as tff
 from paths import ROOT
 from processes import run_rounds
 from tasks import TaskOptions, base, get_task, libsvm, partition
-from tff_algos.algorithms import adaptive_step
-from tff_algos.algorithms import fedopt, nastya
-from tff_algos.core import optimizers
-from tff_algos.flags import registry
-from tff_algos.flags.hparams import HParams
-from tff_algos.training import sampling, loop as training
+from tff_algos.algorithms.nastya import adaptive_step
+from tff_algos.algorithms import fedopt, groups, nastya
+from tff_algos.core import composition, optimizers
+from tff_algos.algorithms import registry
+from tff_algos.flags import algorithm_flags
+from tff_algos.flags.algorithm_flags import HParams
+from tff_algos import training
+from tff_algos.training import sampling
 
 SGD = optimizers.OptimizerSpec
 
@@ -81,7 +83,8 @@ def indexed():
                                  idx=np.arange(TOTAL, dtype=np.int32))
   task = base.Task(name='indexed', train_data=partition.to_client_data(data, parts),
                    preprocess_fn=lambda ds: ds.batch(BATCH), model_fn=IndexRecorder)
-  alg = nastya.build_nastya(task.model_fn, nastya.NastyaConfig(0.1, SGD('sgd', 1.0)))
+  alg = nastya.build_nastya(task.model_fn,
+      nastya.NastyaConfig(client_learning_rate=0.1, server_learning_rate=1.0))
   return task, parts, alg
 
 
@@ -199,7 +202,8 @@ def _x0(seed=0):
 
 def _client_gradient_error(task, gamma, x0):
   """max over clients of ||g_i - grad f_i(x0)|| / ||grad f_i(x0)||."""
-  alg = nastya.build_nastya(task.model_fn, nastya.NastyaConfig(gamma, SGD('sgd', 1.0)))
+  alg = nastya.build_nastya(task.model_fn,
+      nastya.NastyaConfig(client_learning_rate=gamma, server_learning_rate=1.0))
   errors = []
   for cid in task.client_ids:
     state, _ = _run(alg, x0, _fixed_data(task, [cid]), 1)
@@ -222,7 +226,8 @@ def test_small_gamma_sends_the_full_local_gradient(logistic):
 def test_full_participation_with_small_gamma_is_gradient_descent(logistic):
   task, prob = logistic
   eta, rounds = 1.0 / prob.smoothness(), 5
-  alg = nastya.build_nastya(task.model_fn, nastya.NastyaConfig(1e-6, SGD('sgd', eta)))
+  alg = nastya.build_nastya(task.model_fn,
+      nastya.NastyaConfig(client_learning_rate=1e-6, server_learning_rate=eta))
   x0 = _x0(1)
   config = training.RunConfig(total_rounds=rounds, clients_per_round=N_SMALL, seed=0,
                               rounds_per_eval=0, progress=False, shuffle='rr')
@@ -244,12 +249,11 @@ def test_eta_gamma_n_reproduces_one_epoch_fedavg(logistic):
   task, _ = logistic
   steps = 120 // 10
   data, x0 = _fixed_data(task), _x0(2)
-  ours = nastya.build_nastya(task.model_fn, nastya.NastyaConfig(
-      GAMMA, SGD('sgd', GAMMA * steps)))
-  fedavg = fedopt.build_fedopt(task.model_fn, fedopt.FedOptConfig(
-      client_optimizer=SGD('sgd', GAMMA), server_optimizer=SGD('sgd', 1.0), epochs=1,
-      uniform_weighting=True))
-  fedrr = nastya.build_fedrr(task.model_fn, nastya.NastyaConfig(GAMMA))
+  ours = nastya.build_nastya(task.model_fn,
+      nastya.NastyaConfig(client_learning_rate=GAMMA, server_learning_rate=GAMMA * steps))
+  fedavg = fedopt.build_fedopt(task.model_fn, fedopt.FedOptConfig(client_learning_rate=GAMMA,
+      server_learning_rate=1.0, client_epochs_per_round=1, uniform_weighting=True))
+  fedrr = nastya.build_fedrr(task.model_fn, nastya.FedRRConfig(client_learning_rate=GAMMA))
   s1, out = _run(ours, x0, data, 3)
   s2, _ = _run(fedavg, x0, data, 3)
   s3, _ = _run(fedrr, x0, data, 3)
@@ -264,7 +268,7 @@ def test_fedrr_averages_local_models_for_unequal_clients():
   x, y = libsvm.breast_cancer_arrays()
   task = libsvm.build_logistic(x[:100], y[:100], num_clients=3, batch_size=1)
   lam, gamma, x0 = task.info['l2_reg'], 2.0 ** -5, _x0(3)  # gamma exact in float32
-  fedrr = nastya.build_fedrr(task.model_fn, nastya.NastyaConfig(gamma))
+  fedrr = nastya.build_fedrr(task.model_fn, nastya.FedRRConfig(client_learning_rate=gamma))
   state, _ = _run(fedrr, x0, _fixed_data(task), 1)
   models = []
   for cid in task.client_ids:
@@ -280,14 +284,14 @@ def test_fedrr_averages_local_models_for_unequal_clients():
 def test_step_schedule_divides_gamma_by_10_at_the_milestones():
   """Paper 001 section 8: 0.2, divided by 10 at epochs 150 and 200 (host and graph)."""
   from tff_algos.core import schedules
-  sched = nastya.NastyaConfig(0.2, client_lr_milestones=(150, 200)).client_lr()
+  sched = nastya.NastyaConfig(client_learning_rate=0.2, client_lr_milestones=(150, 200)).client_lr()
   for t, want in ((0, 0.2), (149, 0.2), (150, 0.02), (199, 0.02), (200, 0.002), (400, 0.002)):
     assert sched(t) == pytest.approx(want)
     assert float(sched(tf.constant(t))) == pytest.approx(want, rel=1e-6)
   with pytest.raises(ValueError, match='increasing'):
     schedules.StepDecay(0.2, (200, 150))
   with pytest.raises(ValueError, match='not both'):
-    nastya.NastyaConfig(0.2, client_lr_decay=0.9, client_lr_milestones=(5,))
+    nastya.NastyaConfig(client_learning_rate=0.2, client_lr_decay=0.9, client_lr_milestones=(5,))
 
 
 def test_fedrr_with_a_milestone_steps_at_gamma_over_10_after_it():
@@ -296,10 +300,12 @@ def test_fedrr_with_a_milestone_steps_at_gamma_over_10_after_it():
   x, y = libsvm.breast_cancer_arrays()
   task = libsvm.build_logistic(x[:60], y[:60], num_clients=2, batch_size=4)
   data, x0, gamma = _fixed_data(task), _x0(5), 2.0 ** -3
-  stepped, _ = _run(registry.build('fedrr', task.model_fn, HParams(
+  stepped, _ = _run(algorithm_flags.build('fedrr', task.model_fn, HParams(
       client_learning_rate=gamma, client_lr_milestones=['1'])), x0, data, 2)
-  first, _ = _run(nastya.build_fedrr(task.model_fn, nastya.NastyaConfig(gamma)), x0, data, 1)
-  second, _ = _run(nastya.build_fedrr(task.model_fn, nastya.NastyaConfig(gamma / 10)),
+  first, _ = _run(nastya.build_fedrr(task.model_fn, nastya.FedRRConfig(client_learning_rate=gamma)),
+      x0, data, 1)
+  second, _ = _run(nastya.build_fedrr(task.model_fn,
+      nastya.FedRRConfig(client_learning_rate=gamma / 10)),
                    _x(first), data, 1)
   assert np.linalg.norm(_x(second) - _x(first)) > 1e-4
   np.testing.assert_allclose(_x(stepped), _x(second), rtol=0, atol=1e-6)
@@ -311,7 +317,7 @@ def test_fedrr_with_a_milestone_steps_at_gamma_over_10_after_it():
 def _g_at(task, x, data):
   """g_t at x: one Nastya round with server SGD at eta = 1 gives x - g_t."""
   alg = _g_at.cache.setdefault(id(task), nastya.build_nastya(
-      task.model_fn, nastya.NastyaConfig(0.01, SGD('sgd', 1.0))))
+      task.model_fn, nastya.NastyaConfig(client_learning_rate=0.01, server_learning_rate=1.0)))
   state, _ = _run(alg, x, data, 1)
   return x - _x(state)
 
@@ -339,8 +345,8 @@ def test_adaptive_server_step_matches_the_formula(logistic):
   task, prob = logistic
   data, x0, eta0 = _fixed_data(task), _x0(4), 0.5 / prob.smoothness()
   expected, etas, theta = _mm_steps(task, data, x0, eta0, 3)
-  alg = nastya.build_nastya(task.model_fn, nastya.NastyaConfig(
-      0.01, SGD('sgd', eta0), adaptive_server_lr=True))
+  alg = nastya.build_nastya(task.model_fn, nastya.NastyaConfig(client_learning_rate=0.01,
+      server_learning_rate=eta0, server_adaptive_lr=True))
   state, outs = _run(alg, x0, data, 3)
   np.testing.assert_allclose(_x(state), expected, rtol=0, atol=1e-12)
   finalizer = state.finalizer
@@ -381,7 +387,7 @@ def test_adaptive_step_first_round_and_zero_curvature():
 
 def test_adaptive_finalizer_rejects_non_finite_updates(logistic):
   task, _ = logistic
-  weights_type = fedopt.initial_weights_computation(task.model_fn).type_signature.result
+  weights_type = composition.initial_weights_computation(task.model_fn).type_signature.result
   finalizer = tff.learning.templates.build_apply_optimizer_finalizer(
       adaptive_step.AdaptiveGD(0.3), weights_type)
   state = finalizer.initialize()
@@ -407,7 +413,8 @@ def test_adam_server_step_is_adam_on_g_t(logistic):
     g = _g_at(task, x, data)
     m, v = b1 * m + (1 - b1) * g, b2 * v + (1 - b2) * g ** 2
     x = x - spec.learning_rate * np.sqrt(1 - b2 ** t) / (1 - b1 ** t) * m / (np.sqrt(v) + eps)
-  alg = nastya.build_nastya(task.model_fn, nastya.NastyaConfig(0.01, spec))
+  alg = nastya.build_nastya(task.model_fn, nastya.NastyaConfig(
+      client_learning_rate=0.01, **groups.optimizer_fields('server', spec)))
   state, _ = _run(alg, x0, data, 2)
   np.testing.assert_allclose(_x(state), x, rtol=0, atol=1e-6)
   assert np.linalg.norm(x - x0) > 0.05
@@ -429,9 +436,9 @@ def test_large_server_step_beats_fedrr_at_small_gamma():
     w = training.run_training(alg, task, config).model_weights.trainable[0]
     return prob.loss(np.asarray(w)) - f_star
 
-  big = gap(nastya.build_nastya(task.model_fn, nastya.NastyaConfig(
-      gamma, SGD('sgd', 1.0 / prob.smoothness()))))
-  fedrr = gap(nastya.build_fedrr(task.model_fn, nastya.NastyaConfig(gamma)))
+  big = gap(nastya.build_nastya(task.model_fn, nastya.NastyaConfig(client_learning_rate=gamma,
+      server_learning_rate=1.0 / prob.smoothness())))
+  fedrr = gap(nastya.build_fedrr(task.model_fn, nastya.FedRRConfig(client_learning_rate=gamma)))
   assert 0 < big < 0.5 * fedrr
 
 
@@ -449,7 +456,7 @@ def test_large_server_step_beats_fedrr_at_small_gamma():
 ])
 def test_trainer_rejects_bad_hparams(name, hp, message):
   with pytest.raises(ValueError, match=message):
-    registry.check(name, hp)
+    algorithm_flags.check(name, hp)
 
 
 def test_trainer_runs_nastya_with_shuffle_once(tmp_path):

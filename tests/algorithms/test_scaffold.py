@@ -6,8 +6,9 @@ import pytest
 from least_squares import Problem, model, run_stateful
 from tff_algos.algorithms import scaffold
 from tff_algos.core.stateful_process import Population
-from tff_algos.flags import registry
-from tff_algos.flags.hparams import HParams
+from tff_algos.algorithms import registry
+from tff_algos.flags import algorithm_flags
+from tff_algos.flags.algorithm_flags import HParams
 
 
 def test_scaffold_reaches_the_optimum():
@@ -62,7 +63,7 @@ def test_scaffold_reference_conventions_follow_the_authors_code():
   results = {}
   for reference in (False, True):
     algorithm = scaffold.build_scaffold(p.model_fn, scaffold.ScaffoldConfig(
-        client_learning_rate=gamma, client_lr_decay=decay, epochs=1,
+        client_learning_rate=gamma, client_lr_decay=decay, client_epochs_per_round=1,
         reference_conventions=reference))
     state, states = run_stateful(algorithm.process, p, cohorts, x0,
                                  Population(5, float(np.mean(sizes))), batch_size=batch)
@@ -75,9 +76,9 @@ def test_scaffold_reference_conventions_follow_the_authors_code():
       np.testing.assert_allclose(np.asarray(states[k][0]), c_i[k], rtol=1e-4, atol=1e-5)
     results[reference] = c
   assert np.abs(results[True] - results[False]).max() > 1e-2   # the conventions differ
-  registry.check('scaffold', HParams(scaffold_reference_conventions=True))
+  algorithm_flags.check('scaffold', HParams(scaffold_reference_conventions=True))
   with pytest.raises(ValueError, match='scaffold_reference_conventions'):
-    registry.check('feddyn', HParams(scaffold_reference_conventions=True))
+    algorithm_flags.check('feddyn', HParams(scaffold_reference_conventions=True))
 
 
 @pytest.mark.parametrize('report', [False, True])
@@ -89,7 +90,7 @@ def test_scaffold_follows_the_update_equations(report):
   x0 = np.array([1.0, 0.0, -0.5])
   gamma, eta_g, batch = 0.03, 0.7, 4
   algorithm = scaffold.build_scaffold(p.model_fn, scaffold.ScaffoldConfig(
-      client_learning_rate=gamma, server_learning_rate=eta_g, epochs=1,
+      client_learning_rate=gamma, server_learning_rate=eta_g, client_epochs_per_round=1,
       report_device_average=report))
   state, states = run_stateful(algorithm.process, p, cohorts, x0, batch_size=batch)
   devices = {k: x0 for k in range(5)}
@@ -143,10 +144,10 @@ def test_scaffold_traffic_is_two_models_each_way():
 
 
 def test_scaffold_flags_validate_early():
-  spec = registry.check('scaffold', HParams(server_learning_rate=0.5, local_steps=5))
+  spec = algorithm_flags.check('scaffold', HParams(server_learning_rate=0.5, local_steps=5))
   assert spec.name == 'scaffold'
   for bad in (HParams(client_learning_rate=0.0), HParams(server_learning_rate=0.0),
               HParams(client_optimizer='sgdm', client_momentum=0.9),
               HParams(server_optimizer='adam')):
     with pytest.raises(ValueError):
-      registry.check('scaffold', bad)
+      algorithm_flags.check('scaffold', bad)

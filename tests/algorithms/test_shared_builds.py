@@ -11,14 +11,20 @@ import pytest
 from tasks import get_task
 from tasks.options import TaskOptions
 from tff_algos.core import client_work
-from tff_algos.flags import registry
-from tff_algos.flags.hparams import HParams
-from tff_algos.training import loop as training
+from tff_algos.algorithms import registry
+from tff_algos.flags import algorithm_flags
+from tff_algos.flags.algorithm_flags import HParams
+from tff_algos import training
 
 
 @pytest.fixture(scope='module')
 def task():
   return get_task('digits', TaskOptions(model='logistic'))
+
+
+def _build(cache, name, model_fn, hp):
+  """`cache.build` of the config the trainer makes from the flag values `hp`."""
+  return cache.build(name, model_fn, algorithm_flags.config(name, hp))
 
 
 def _train(algorithm, task, out_dir, seed=0):
@@ -58,20 +64,20 @@ def test_a_shared_build_trains_the_models_of_a_separate_build(task, tmp_path, na
     first_hp = dataclasses.replace(first_hp, local_steps=3)
   if name == 'nastya':  # one pass per round
     first_hp = dataclasses.replace(first_hp, local_steps=None)
-  first = cache.build(name, task.model_fn, first_hp)
+  first = _build(cache, name, task.model_fn, first_hp)
   first_weights = _train(first, task, tmp_path / 'first')
   hp = HParams(**dict(common, **_SECOND, **second))
   if name == 'reptile':  # K is Theta's length: a structure
     hp = dataclasses.replace(hp, local_steps=3, local_steps_decay=1.0, client_lr_decay=1.0)
   if name == 'nastya':
     hp = dataclasses.replace(hp, local_steps=None, local_steps_decay=1.0)
-  shared = cache.build(name, task.model_fn, hp)
+  shared = _build(cache, name, task.model_fn, hp)
   assert len(cache) == 1 and shared.process is first.process
   assert shared.schedule_values is not None
   assert (shared.server_learning_rate is not None) == (
       'server_learning_rate' in second and 'server_lr_decay' not in second)
   shared_weights = _train(shared, task, tmp_path / 'shared')
-  alone_weights = _train(registry.build(name, task.model_fn, hp), task, tmp_path / 'alone')
+  alone_weights = _train(algorithm_flags.build(name, task.model_fn, hp), task, tmp_path / 'alone')
   for s, a, f in zip(shared_weights, alone_weights, first_weights):
     np.testing.assert_array_equal(s, a)
     assert not np.array_equal(s, f)  # the numbers did change the run
@@ -79,28 +85,28 @@ def test_a_shared_build_trains_the_models_of_a_separate_build(task, tmp_path, na
 
 def test_builds_are_shared_only_where_the_numbers_live_in_the_state(task):
   cache = registry.BuildCache()
-  a = cache.build('fedavg', task.model_fn, HParams(client_learning_rate=0.1))
-  assert cache.build('fedavg', task.model_fn,
+  a = _build(cache, 'fedavg', task.model_fn, HParams(client_learning_rate=0.1))
+  assert _build(cache, 'fedavg', task.model_fn,
                      HParams(client_learning_rate=0.3)).process is a.process
-  assert cache.build('fedavg', task.model_fn, HParams(
+  assert _build(cache, 'fedavg', task.model_fn, HParams(
       client_momentum=0.9, client_optimizer='sgdm')).process is not a.process
   assert len(cache) == 2
   # SCAFFOLD's reference conventions read gamma from its config: not shared.
-  cache.build('scaffold', task.model_fn, HParams(client_learning_rate=0.1))
-  cache.build('scaffold', task.model_fn, HParams(client_learning_rate=0.2))
+  _build(cache, 'scaffold', task.model_fn, HParams(client_learning_rate=0.1))
+  _build(cache, 'scaffold', task.model_fn, HParams(client_learning_rate=0.2))
   assert len(cache) == 4
   # Another task object (model_fn) is another build.
   other = get_task('digits', TaskOptions(model='logistic'))
-  cache.build('fedavg', other.model_fn, HParams(client_learning_rate=0.1))
+  _build(cache, 'fedavg', other.model_fn, HParams(client_learning_rate=0.1))
   assert len(cache) == 5
   # At most MAX_BUILDS are kept, the least recently used dropped first.
   cache.MAX_BUILDS = 5
   assert cache.made == 5
-  assert cache.build('fedavg', task.model_fn, HParams()).process is a.process  # now recent
+  assert _build(cache, 'fedavg', task.model_fn, HParams()).process is a.process  # now recent
   assert cache.made == 5  # reused
-  cache.build('fedavg', task.model_fn, HParams(server_optimizer='adam'))
+  _build(cache, 'fedavg', task.model_fn, HParams(server_optimizer='adam'))
   assert len(cache) == 5 and cache.made == 6  # a new build, though the length stays
-  assert cache.build('fedavg', task.model_fn, HParams()).process is a.process
+  assert _build(cache, 'fedavg', task.model_fn, HParams()).process is a.process
 
 
 def test_schedule_values_must_fit_the_build():

@@ -16,7 +16,8 @@ from tasks import embedded
 from tff_algos.algorithms import fedopt
 from tff_algos.core import accounting
 from tff_algos.core import optimizers
-from tff_algos.training import sampling, loop as training
+from tff_algos import training
+from tff_algos.training import sampling
 
 D, H, C = 64, 128, 10   # a Dense D -> H (relu) -> C model
 
@@ -119,8 +120,8 @@ def task():
 
 
 def test_cost_columns_accumulate_and_continue_across_a_resume(task, tmp_path):
-  algorithm = fedopt.build_fedopt(task.model_fn, fedopt.FedOptConfig(
-      client_optimizer=optimizers.OptimizerSpec('sgd', 0.1), local_steps=3))
+  algorithm = fedopt.build_fedopt(task.model_fn,
+      fedopt.FedOptConfig(client_learning_rate=0.1, local_steps=3))
   # Bytes: the MLP's float32 weights down (plus the round's hyperparameters)
   # and the weights-sized update up (plus weight and metrics).
   n = 64 * 128 + 128 + 128 * 10 + 10

@@ -11,6 +11,8 @@ import tensorflow as tf
 
 from tff_algos.core import local_training
 
+from tff_algos.core import step_transforms
+
 
 def digits_of(state, x):
   return state * 10 + x
@@ -114,20 +116,20 @@ def test_examples_per_pass_from_the_loop_or_a_counting_pass():
 def test_clip_then_decay_clips_the_objective_gradient_then_adds_the_decay():
   grads = [tf.constant([3.0, 0.0]), tf.constant([4.0])]  # global norm 5
   weights = [tf.constant([1.0, 2.0]), tf.constant([-1.0])]
-  out = local_training.clip_then_decay(grads, weights, clip_norm=1.0, weight_decay=0.5)
+  out = step_transforms.clip_then_decay(grads, weights, clip_norm=1.0, weight_decay=0.5)
   np.testing.assert_allclose(out[0], [0.6 + 0.5, 0.0 + 1.0], rtol=1e-6)
   np.testing.assert_allclose(out[1], [0.8 - 0.5], rtol=1e-6)
   # Under the norm: untouched; a tensor decay (FedDyn's alpha_k + lambda) works too.
-  out = local_training.clip_then_decay(grads, weights, 10.0, tf.constant(0.0))
+  out = step_transforms.clip_then_decay(grads, weights, 10.0, tf.constant(0.0))
   np.testing.assert_allclose(out[0], [3.0, 0.0])
 
 
 def test_regularized_keeps_a_default_run_s_correction_itself():
   def correction(initial_weights):
     return lambda weights, grads: grads
-  assert local_training.regularized(correction) is correction
-  assert local_training.regularized(None) is None
-  with_clip = local_training.regularized(correction, clip_norm=1.0)
+  assert step_transforms.regularized(correction) is correction
+  assert step_transforms.regularized(None) is None
+  with_clip = step_transforms.regularized(correction, clip_norm=1.0)
   assert with_clip is not correction
   out = with_clip(None)([tf.constant(1.0)], [tf.constant(4.0)])
   np.testing.assert_allclose(out[0], 1.0)
@@ -137,8 +139,8 @@ def test_fold_reads_any_dataset_through_optionals_and_equals_reduce():
   """fold gives reduce's result in reduce's order, for datasets that know their
   size and ones that do not (a `filter`); empty ones leave the initial state.
   Its one loop reads through optionals: synchronous `IteratorGetNextSync`
-  reads of sized datasets (session 19) came with hangs on TFF's C++ worker
-  (docs/performance.md, session 20)."""
+  reads of sized datasets hang now and then on TFF's C++ worker
+  (docs/performance.md)."""
   add = lambda s, b: digits_of(s, tf.reduce_sum(b))
   sized = tf.data.Dataset.range(1, 8).batch(3)
   unsized = tf.data.Dataset.range(1, 10).filter(lambda x: x < 8).batch(3)
@@ -260,7 +262,7 @@ def test_compiled_local_training_equals_the_loop():
   x = rng.normal(size=(37, 6)).astype(np.float32)
   y = rng.integers(0, 3, 37).astype(np.int32)
   optimizer = tff.learning.optimizers.build_sgdm(0.3, momentum=0.5)
-  correction = local_training.regularized(
+  correction = step_transforms.regularized(
       lambda x_t: (lambda w, g: [gg + 0.1 * (ww - xx) for gg, ww, xx
                                  in zip(g, w, x_t.trainable)]), 1e-3, 1.0)
 

@@ -7,6 +7,7 @@ import tensorflow_federated as tff
 
 from least_squares import Problem
 from tff_algos.core import local_training
+from tff_algos.core import step_transforms
 from tff_algos.core import rounds
 
 
@@ -15,21 +16,21 @@ def _counting(scale):
   def update(grads, weights, count, step):
     del weights, step
     return tuple(scale * g for g in grads), count + 1
-  return local_training.StepTransform(lambda trainable: tf.constant(0), update)
+  return step_transforms.StepTransform(lambda trainable: tf.constant(0), update)
 
 
 def test_chain_applies_transforms_in_order_each_with_its_own_state():
-  add_weights = local_training.correction(
+  add_weights = step_transforms.correction(
       lambda weights, grads: [g + w for g, w in zip(grads, weights)])
-  chained = local_training.chain(_counting(2.0), None, add_weights, _counting(3.0))
+  chained = step_transforms.chain(_counting(2.0), None, add_weights, _counting(3.0))
   state = chained.init(())
   grads, state = chained.update((tf.constant(1.0),), (tf.constant(10.0),), state, 0)
   assert float(grads[0]) == (1.0 * 2.0 + 10.0) * 3.0
   grads, state = chained.update(grads, (tf.constant(0.0),), state, 1)
   assert int(state[0]) == 2 and state[1] == () and int(state[2]) == 2
-  assert local_training.chain(None, None) is None
+  assert step_transforms.chain(None, None) is None
   single = _counting(1.0)
-  assert local_training.chain(None, single) is single
+  assert step_transforms.chain(None, single) is single
 
 
 def test_the_loop_returns_the_transform_state_and_applies_corrections_after_it():
@@ -43,7 +44,7 @@ def test_the_loop_returns_the_transform_state_and_applies_corrections_after_it()
     del weights, step
     return grads, seen + grads[0]
 
-  record = local_training.StepTransform(lambda trainable: tf.zeros([2]), record_raw)
+  record = step_transforms.StepTransform(lambda trainable: tf.zeros([2]), record_raw)
 
   @tf.function
   def run():
@@ -138,7 +139,8 @@ def test_a_client_function_is_traced_without_autograph_unless_it_needs_it():
 
     @tff.tensorflow.computation(tff.SequenceType(np.float32))
     def client(dataset):
-      return rounds.run_client(problem.model_fn, client_fn, dataset)  # pylint: disable=cell-var-from-loop
+      return rounds.run_client(problem.model_fn, client_fn,
+          dataset)  # pylint: disable=cell-var-from-loop
     results[python] = [client([1.0, 2.0, 0.5]), client([-1.0])]
     results[python, 'fallbacks'] = len(rounds.autograph_fallbacks) - before
   np.testing.assert_allclose(results[''], [[4.5, 0.0], [-1.0, 0.0]])

@@ -23,22 +23,19 @@ def task():
   return get_task('digits', TaskOptions(batch_size=16, num_clients=20, model='mlp'))
 
 
-def _gbo(name):
-  return gbo_optimizers.build(name)
-
-
 BUILDERS = {
     'fedavg': lambda f: fedopt.build_fedopt(f, fedopt.FedOptConfig(local_steps=5)),
-    'fedgbo_sgdm': lambda f: fedgbo.build_fedgbo(f, fedgbo.FedGBOConfig(_gbo('sgdm'))),
-    'fedgbo_rmsprop': lambda f: fedgbo.build_fedgbo(f, fedgbo.FedGBOConfig(_gbo('rmsprop'))),
-    'fedgbo_adam': lambda f: fedgbo.build_fedgbo(f, fedgbo.FedGBOConfig(_gbo('adam'))),
-    'mfl_sgdm': lambda f: mfl.build_mfl(f, mfl.MFLConfig(_gbo('sgdm'))),
-    'mfl_adam': lambda f: mfl.build_mfl(f, mfl.MFLConfig(_gbo('adam'))),
+    'fedgbo_sgdm': lambda f: fedgbo.build_fedgbo(f, fedgbo.FedGBOConfig(client_optimizer='sgdm')),
+    'fedgbo_rmsprop': lambda f: fedgbo.build_fedgbo(f, fedgbo.FedGBOConfig(
+        client_optimizer='rmsprop')),
+    'fedgbo_adam': lambda f: fedgbo.build_fedgbo(f, fedgbo.FedGBOConfig(client_optimizer='adam')),
+    'mfl_sgdm': lambda f: mfl.build_mfl(f, mfl.MFLConfig(client_optimizer='sgdm')),
+    'mfl_adam': lambda f: mfl.build_mfl(f, mfl.MFLConfig(client_optimizer='adam')),
     'mfl_tff_adam': lambda f: mfl.build_mfl(f, mfl.MFLConfig(
         tff_optimizer=optimizers.OptimizerSpec('adam', 0.1))),
-    'mimelite_sgdm': lambda f: mime.build_mime(f, mime.MimeConfig(_gbo('sgdm'))),
+    'mimelite_sgdm': lambda f: mime.build_mime(f, mime.MimeConfig(client_optimizer='sgdm')),
     'mimexlite_adam': lambda f: mime.build_mime(f, mime.MimeConfig(
-        _gbo('adam'), gradient=mime.ONE_BATCH)),
+        client_optimizer='adam', gradient=mime.ONE_BATCH)),
 }
 
 # (download, upload) in model sizes.

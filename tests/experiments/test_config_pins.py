@@ -8,7 +8,7 @@ fails here, so that no edit moves a config away from its paper unnoticed; the
 other tests check the values against the papers. After a deliberate change,
 regenerate the file and review its diff:
 
-    python tests/test_config_pins.py --write
+    python tests/experiments/test_config_pins.py --write
 """
 
 import json
@@ -16,7 +16,9 @@ import os
 import subprocess
 import sys
 
-from paths import ROOT
+if __name__ == '__main__':  # run as a script: the tests' helpers are one folder up
+  sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from paths import ROOT  # noqa: E402
 
 PINS = os.path.join(ROOT, 'tests', 'data', 'full_commands.txt')
 
@@ -37,6 +39,7 @@ def current_pins() -> list[str]:
   """The lines of the pin file as the configs and binaries give them now."""
   sys.path.insert(0, ROOT)
   from experiments import configs, reproduce  # pylint: disable=g-import-not-at-top
+  from experiments.lib import plans  # pylint: disable=g-import-not-at-top
   from experiments.configs import base  # pylint: disable=g-import-not-at-top
   lines, binaries = [], set()
   for name, exp in configs.all_experiments().items():
@@ -46,7 +49,7 @@ def current_pins() -> list[str]:
     else:
       # The config's own flags (`binary_argv` adds the runtime's, e.g. --backend).
       lines.append(' '.join([f'python -m {exp.runner.module}'] + [
-          f'--{k}={reproduce._flag_str(v)}' for k, v in exp.runner.flags.items()]))  # pylint: disable=protected-access
+          f'--{k}={plans.flag_str(v)}' for k, v in exp.runner.flags.items()]))
       binaries.add(exp.runner.module)
   env = dict(os.environ, PYTHONPATH=ROOT)
   procs = {m: subprocess.Popen([sys.executable, '-c', _DEFAULTS, m], cwd=ROOT, env=env,
@@ -69,13 +72,14 @@ def test_every_config_setting_is_pinned():
       f'+ {l}' for l in now if l not in set(pinned)]
   assert now == pinned, (
       'a reproduction setting changed (- pinned, + now); if deliberate, run '
-      '`python tests/test_config_pins.py --write` and review the diff:\n' +
+      '`python tests/experiments/test_config_pins.py --write` and review the diff:\n' +
       '\n'.join(changed[:40]))
 
 
 if __name__ == '__main__':
   if sys.argv[1:] != ['--write']:
-    sys.exit('usage: python tests/test_config_pins.py --write')
+    sys.exit('usage: python tests/experiments/test_config_pins.py --write')
+  pins = current_pins()  # before the file is opened: a failure leaves it as it was
   with open(PINS, 'w') as f:
-    f.write('\n'.join(current_pins()) + '\n')
+    f.write('\n'.join(pins) + '\n')
   print(f'wrote {PINS}')

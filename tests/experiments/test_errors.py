@@ -296,7 +296,7 @@ SIGNALS_ON_THE_WAY_OUT = textwrap.dedent('''
     from experiments.lib import common
 
     def main(argv):
-      from tff_algos.training import loop as training
+      from tff_algos import training
       try:
         raise training.Stopped('stopped after round 3; rerun the same command to resume')
       finally:

@@ -83,7 +83,8 @@ def test_benchmark_prints_the_ratio_json():
   # and its ratios order algorithms by their work per round: FedSGD's one
   # gradient per client costs less than FedAvg's 10 local steps, Mimelite's
   # extra full-batch gradient more.
-  from tff_algos.flags import registry
+  from tff_algos.algorithms import registry
+  from tff_algos.flags import algorithm_flags
   ratios = js['per_algorithm']
   assert set(ratios) | set(js['per_algorithm_not_run']) == set(registry.ALGORITHMS)
   assert ratios['fedsgd'] < 0.6 * ratios['fedavg']

@@ -12,7 +12,7 @@ from paths import ROOT
 
 
 def test_seed_major_keeps_each_seeds_order():
-  from tff_algos.training import loop as training
+  from tff_algos import training
   seeds = [3, 1, 3, 2, 1, 3]
   assert training.seed_major(seeds, lambda s: s) == [0, 2, 5, 1, 4, 3]
   assert training.seed_major([], lambda s: s) == []

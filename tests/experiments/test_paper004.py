@@ -155,14 +155,13 @@ def test_flags_given_beat_the_papers_defaults():
 
 
 def test_resolved_defaults_build_the_papers_optimiser():
-  from tff_algos.algorithms import fedgbo
-  from tff_algos.algorithms import mfl
   from tff_algos.algorithms.gbo import optimizers as gbo_optimizers
+  from tff_algos.flags import algorithm_flags
   hp, _, _ = _resolved('--algorithm=fedgbo')
-  config = fedgbo.FedGBOConfig.from_hparams(hp)
-  assert (config.optimizer, config.local_steps) == (gbo_optimizers.SGDm(0.9), 10)
+  config = algorithm_flags.config('fedgbo', hp)
+  assert (gbo_optimizers.of_config(config), config.local_steps) == (gbo_optimizers.SGDm(0.9), 10)
   hp, _, _ = _resolved('--algorithm=mfl')
-  assert mfl.MFLConfig.from_hparams(hp).optimizer == gbo_optimizers.SGDm(0.9)
+  assert gbo_optimizers.of_config(algorithm_flags.config('mfl', hp)) == gbo_optimizers.SGDm(0.9)
 
 
 @pytest.mark.slow

@@ -13,6 +13,8 @@ import pytest
 from binaries import assert_refused, run_binary
 from experiments import reproduce
 from experiments.configs import base
+from experiments.lib import plans
+from tff_algos.algorithms import groups
 from paths import ROOT
 
 
@@ -53,7 +55,7 @@ def test_plans_full_and_smoke():
   s = smoke[0].flags
   assert s['task'] == 'digits' and 'model' not in s
   assert (s['total_rounds'], s['clients_per_round'], s['local_steps'],
-          s['rounds_per_eval']) == (2, 3, reproduce.SMOKE_MAX_LOCAL_STEPS, 1)
+          s['rounds_per_eval']) == (2, 3, plans.SMOKE_MAX_LOCAL_STEPS, 1)
   assert smoke[1].flags['algorithm'] == 'fedsgd'
   cmd = full[0].command('out')
   assert cmd.startswith('python -m experiments.train ') and '--local_steps=20' in cmd
@@ -128,8 +130,9 @@ def test_table_marks_scale_and_missing():
 def test_a_seeds_runs_go_in_a_row_and_results_keep_the_plans_order(tmp_path, monkeypatch):
   """The harness trains seed by seed (TensorFlow seeded once per seed), and
   hands back its runs in the plans' order."""
-  from tff_algos.flags import registry
-  from tff_algos.training import loop as training
+  from tff_algos.algorithms import registry
+  from tff_algos.flags import algorithm_flags
+  from tff_algos import training
   import tasks
   trained = []
 
@@ -196,7 +199,8 @@ def _binary_flags(module: str) -> set[str]:
 
 def test_every_config_is_valid():
   from experiments import configs
-  from tff_algos.flags import registry
+  from tff_algos.algorithms import registry
+  from tff_algos.flags import algorithm_flags
   experiments = configs.all_experiments()
   assert len(experiments) >= 10
   prefixes = {n.split('_')[0] for n in experiments}
@@ -498,7 +502,7 @@ def test_reddi_fedadagrad_epsilon_is_outside_the_square_root():
   for task in REDDI_TABLE2:
     _, plan = _reddi_plan(task, 'fedadagrad')
     _, hp, _ = reproduce.validate_plan(plan)
-    spec = hp.server_optimizer_spec()
+    spec = groups.optimizer_spec(hp, 'server')
     eps, lr = spec.get('epsilon'), spec.learning_rate
     opt = spec.build()
     state = opt.initialize([tf.TensorSpec([1], tf.float32)])
@@ -527,15 +531,16 @@ def test_reddi_list_shows_published_values():
 
 def test_paper001_cifar10_tuned_sgd_runs_the_step_schedule():
   from experiments.configs import paper001
-  from tff_algos.flags import registry
-  from tff_algos.flags.hparams import HParams
+  from tff_algos.algorithms import registry
+  from tff_algos.flags import algorithm_flags
+  from tff_algos.flags.algorithm_flags import HParams
   plans = {p.label: p for p in reproduce.trainer_plans(paper001.CIFAR10, 'full')}
   assert '--client_lr_milestones=150,200' in plans['sgd'].command('out')
   assert plans['sgd'].flags['client_learning_rate'] == 0.2
   _, hp, _ = reproduce.validate_plan(plans['sgd'])
   assert list(hp.client_lr_milestones) == ['150', '200']
   with pytest.raises(ValueError, match='client_lr_milestones'):
-    registry.check('fedavg', HParams(client_lr_milestones=['150']))
+    algorithm_flags.check('fedavg', HParams(client_lr_milestones=['150']))
 
 
 def test_paper001_cifar10_commands_are_the_papers_three_lines():

@@ -21,7 +21,8 @@ from tff_algos.algorithms import feddyn, fedopt, fedprox, scaffold
 from tff_algos.core import lanes as lanes_lib
 from tff_algos.core import optimizers
 from tff_algos.core.lanes import Lanes
-from tff_algos.training import targets as metrics_tables, sampling, loop as training
+from tff_algos import training
+from tff_algos.training import sampling, targets as metrics_tables
 
 
 
@@ -194,19 +195,18 @@ def _zeros():
 
 def _single(method, config, shape, grid):
   """The library's algorithm of one configuration, reporting the device average."""
-  reg = dict(weight_decay=grid.weight_decay, clip_norm=grid.clip_norm)
+  reg = dict(client_weight_decay=grid.weight_decay, clip_norm=grid.clip_norm,
+             report_device_average=True)
   if method == 'feddyn':
     return lambda fn: feddyn.build_feddyn(fn, feddyn.FedDynConfig(
-        alpha=config['alpha'], client_learning_rate=config['lr'], epochs=shape,
-        report_device_average=True, **reg))
+        alpha=config['alpha'], client_learning_rate=config['lr'],
+        client_epochs_per_round=shape, **reg))
   if method == 'scaffold':
     return lambda fn: scaffold.build_scaffold(fn, scaffold.ScaffoldConfig(
-        client_learning_rate=config['lr'], local_steps=shape, report_device_average=True,
-        **reg))
+        client_learning_rate=config['lr'], local_steps=shape, **reg))
   return lambda fn: fedprox.build_fedprox(fn, fedprox.FedProxConfig(
-      mu=config.get('mu', 0.0), report_device_average=True, fedopt=fedopt.FedOptConfig(
-          client_optimizer=optimizers.OptimizerSpec('sgd', config['lr']), epochs=shape,
-          **reg)))
+      mu=config.get('mu', 0.0), client_learning_rate=config['lr'],
+      client_epochs_per_round=shape, **reg))
 
 
 @pytest.mark.parametrize('method,grid', [

@@ -36,8 +36,9 @@ from tasks import TaskOptions, get_task
 from tff_algos import runtime
 from tff_algos.algorithms import fedopt
 from tff_algos.core import optimizers, stateful_process
-from tff_algos.flags import registry
-from tff_algos.flags.hparams import HParams
+from tff_algos.algorithms import registry
+from tff_algos.flags import algorithm_flags
+from tff_algos.flags.algorithm_flags import HParams
 
 ATOL = 1e-5
 GPUS = tf.config.list_logical_devices('GPU')
@@ -81,9 +82,7 @@ def assert_same(a, b, atol=ATOL):
 
 
 def fedavg(task):
-  return fedopt.build_fedopt(task.model_fn, fedopt.FedOptConfig(
-      client_optimizer=optimizers.OptimizerSpec('sgd', 0.1), local_steps=3,
-      server_optimizer=optimizers.OptimizerSpec('sgd', 1.0)))
+  return fedopt.build_fedopt(task.model_fn, fedopt.FedOptConfig(client_learning_rate=0.1, local_steps=3, server_learning_rate=1.0))
 
 
 @contextlib.contextmanager
@@ -121,7 +120,7 @@ def test_inprocess_host_datasets_mode_equals_cpp_backend(task, client_data, name
                       lambda comp: inlined.append(comp) or inline(comp))
   stateful = name == 'scaffold'
   process = (fedavg(task).process if name == 'fedavg' else
-             registry.build(name, task.model_fn, HParams(local_steps=2)).process)
+             algorithm_flags.build(name, task.model_fn, HParams(local_steps=2)).process)
   cpp, cpp_metrics = run_rounds(process, client_data, 2, stateful=stateful)
   ours, metrics = run_rounds(process, client_data, 2,
                              inprocess.create_context(host_datasets=True), stateful=stateful)
@@ -269,7 +268,7 @@ def test_concurrent_clients_run_unordered_and_equal_cpp_backend(task, client_dat
                       lambda *a: traces.append(trace(*a)) or traces[-1])
   stateful = name == 'scaffold'
   process = (fedavg(task).process if name == 'fedavg' else
-             registry.build(name, task.model_fn, HParams(local_steps=2)).process)
+             algorithm_flags.build(name, task.model_fn, HParams(local_steps=2)).process)
   cpp, cpp_metrics = run_rounds(process, client_data, 2, stateful=stateful)
   ours, metrics = run_rounds(process, client_data, 2,
                              inprocess.create_context(concurrent_clients=3,
@@ -642,7 +641,7 @@ def test_two_workers_give_client_states_back_to_their_clients(task, client_data)
   """TFF 0.87 returns subrounds' CLIENTS results in the order workers finish;
   ours keeps client order, so SCAFFOLD's control variates go to the right
   clients (before the fix: up to 0.23 off one worker)."""
-  process = registry.build('scaffold', task.model_fn, HParams(local_steps=2)).process
+  process = algorithm_flags.build('scaffold', task.model_fn, HParams(local_steps=2)).process
   (one_state, one_clients), _ = run_rounds(process, client_data, 2, stateful=True)
   with backend(workers=2) as ctx:
     (state, clients), _ = run_rounds(process, client_data, 2, ctx.context, stateful=True)
@@ -666,7 +665,7 @@ def test_backends_equal_cpp_for_every_algorithm(task, client_data, name, kind):
              HParams(client_optimizer='adam', client_learning_rate=0.01,
                      local_steps=2)):  # mfl, mime: an optimiser with statistics
     try:
-      algorithm = registry.build(name, task.model_fn, hp)
+      algorithm = algorithm_flags.build(name, task.model_fn, hp)
       break
     except ValueError:
       continue
@@ -698,7 +697,7 @@ def test_trainer_backends_write_the_same_metrics(tmp_path):
     res = subprocess.run(base + [f'--experiment_name={name}', *extra], cwd=ROOT, env=env,
                          capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr[-3000:]
-    from tff_algos.training import loop as training
+    from tff_algos import training
     rows[name] = training.read_metrics(os.path.join(tmp_path, name, 'metrics.csv'))
   bad = subprocess.run(base + ['--backend=inprocess', '--workers=2'], cwd=ROOT, env=env,
                        capture_output=True, text=True, timeout=600)
@@ -750,8 +749,7 @@ def test_seeded_dropout_keeps_one_lane_and_the_one_lane_model(task, client_data)
   results = {}
   for dropout in (False, True):
     tf.keras.utils.set_random_seed(3)
-    process = fedopt.build_fedopt(model_fn(dropout), fedopt.FedOptConfig(
-        client_optimizer=optimizers.OptimizerSpec('sgd', 0.1), local_steps=3)).process
+    process = fedopt.build_fedopt(model_fn(dropout), fedopt.FedOptConfig(client_learning_rate=0.1, local_steps=3)).process
     for lanes in (1, 3):
       functions.clear()
       results[dropout, lanes] = run_rounds(
@@ -838,7 +836,7 @@ def test_inprocess_direct_calls_give_what_tffs_context_gives(task, client_data, 
   from tff_algos.runtime import inprocess
   hp = (HParams(client_optimizer='adam', client_learning_rate=0.01, local_steps=2)
         if name == 'mimelite' else HParams(local_steps=2))
-  algorithm = registry.build(name, task.model_fn, hp)
+  algorithm = algorithm_flags.build(name, task.model_fn, hp)
   process, stateful = algorithm.process, getattr(algorithm, 'stateful_clients', False)
   ctx = inprocess.create_context()
   assert isinstance(ctx, inprocess.InProcessContext)

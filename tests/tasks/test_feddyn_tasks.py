@@ -9,7 +9,8 @@ import tensorflow as tf
 
 from tasks import TaskError, TaskOptions, feddyn_data, get_task, models, partition
 from tasks import catalog, leaf_shakespeare
-from tff_algos.training import targets as metrics_tables, loop as training
+from tff_algos import training
+from tff_algos.training import targets as metrics_tables
 
 
 # ------------------------------------------------------------------ splits

@@ -7,7 +7,8 @@ import tensorflow_federated as tff
 from tasks import quadratic
 from tff_algos.algorithms import fedopt
 from tff_algos.core import optimizers
-from tff_algos.training import sampling, loop as training
+from tff_algos import training
+from tff_algos.training import sampling
 
 
 def test_analytic_minimisers_match_the_paper():
@@ -26,10 +27,7 @@ def test_population_follows_the_density():
 
 
 def _fedavg(task, k, eta, d_k=1.0):
-  return fedopt.build_fedopt(task.model_fn, fedopt.FedOptConfig(
-      client_optimizer=optimizers.OptimizerSpec('sgd', 0.1), local_steps=k,
-      local_steps_decay=d_k, server_optimizer=optimizers.OptimizerSpec('sgd', eta),
-      uniform_weighting=True))
+  return fedopt.build_fedopt(task.model_fn, fedopt.FedOptConfig(client_learning_rate=0.1, local_steps=k, local_steps_decay=d_k, server_learning_rate=eta, uniform_weighting=True))
 
 
 def _init(task):
@@ -138,10 +136,7 @@ def test_stacked_schedules_equal_separate_runs_and_closed_form():
   task = quadratic.build_quadratic(num_runs=seeds, num_clients=num_clients, seed=seed)
   cohorts = [sampling.sample_clients(task.client_ids, m, seed, t) for t in range(rounds)]
   for lane, name in enumerate(names):
-    config = fedopt.FedOptConfig(
-        client_optimizer=optimizers.OptimizerSpec('sgd', 0.1),
-        server_optimizer=optimizers.OptimizerSpec('sgd', eta), uniform_weighting=True,
-        **quadratic_toy.RUNS[name])
+    config = fedopt.FedOptConfig(client_learning_rate=0.1, server_learning_rate=eta, uniform_weighting=True, **quadratic_toy.RUNS[name])
     process = fedopt.build_fedopt(task.model_fn, config).process
     state = process.initialize()
     for t in range(rounds):

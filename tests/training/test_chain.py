@@ -1,4 +1,4 @@
-"""Several rounds per TFF call (`core.chain`, `RunConfig.rounds_per_call`):
+"""Several rounds per TFF call (`training.chain`, `RunConfig.rounds_per_call`):
 the same models and metrics as one round per call, bit for bit."""
 
 import csv
@@ -12,7 +12,7 @@ import tensorflow as tf
 import processes
 from tff_algos.algorithms import feddyn, fedopt, local_update
 from tff_algos.training import chain
-from tff_algos.training import loop as training
+from tff_algos import training
 
 
 @pytest.fixture(scope='module')
@@ -44,9 +44,7 @@ def _bits(structure):
 
 
 def _decay(task):
-  return local_update.build_local_update_decay(task.model_fn, local_update.LocalUpdateDecayConfig(
-      local_update.LocalUpdateConfig(theta=(1.0, 1.0), client_learning_rate=0.05),
-      local_update.DecayConfig(window=2, patience=1, cooldown=0, min_delta=10.0)))
+  return local_update.build_local_update_decay(task.model_fn, local_update.LocalUpdateDecayConfig(theta=(1.0, 1.0), client_learning_rate=0.05, decay_window=2, decay_patience=1, decay_cooldown=0, decay_min_delta=10.0))
 
 
 @pytest.mark.parametrize('build', ['fedavg', 'local_update_decay'])

@@ -26,10 +26,11 @@ from conftest import open_files_under
 from paths import ROOT
 from tasks import TaskOptions, get_task
 from tff_algos.errors import UserError
-from tff_algos.flags import registry
-from tff_algos.flags.hparams import HParams
+from tff_algos.algorithms import registry
+from tff_algos.flags import algorithm_flags
+from tff_algos.flags.algorithm_flags import HParams
 from tff_algos.training import crash_points
-from tff_algos.training import run_dir, outputs as run_outputs, loop as training
+from tff_algos.training import loop as training, outputs as run_outputs, run_dir
 
 ROUNDS = 6
 ALGORITHMS = ('fedavg', 'feddyn')
@@ -42,7 +43,7 @@ def task():
 
 @pytest.fixture(scope='module')
 def algorithms(task):
-  return {name: registry.build(name, task.model_fn, registry.for_algorithm(
+  return {name: algorithm_flags.build(name, task.model_fn, algorithm_flags.for_algorithm(
       name, HParams(local_steps=3, feddyn_alpha=0.1))) for name in ALGORITHMS}
 
 
@@ -337,7 +338,7 @@ def test_a_checkpoint_of_another_state_structure_is_refused_as_such(runs, task, 
   written before the client schedule's numbers moved into the state) is not
   called damaged: the refusal names the cause, and nothing is moved aside."""
   out = damaged_copy(runs, 'fedavg', tmp_path)
-  epochs = registry.build('fedavg', task.model_fn, HParams())  # no K_0 in its state
+  epochs = algorithm_flags.build('fedavg', task.model_fn, HParams())  # no K_0 in its state
   with pytest.raises(UserError, match="shaped unlike this build's.*another version"):
     training.run_training(epochs, task, config(str(out)))
   assert not list((out / 'checkpoints').glob('*.corrupt'))

@@ -11,7 +11,7 @@ import pytest
 from processes import run_crashed_then_resumed
 import processes
 from tff_algos.errors import UserError
-from tff_algos.training import sampling, loop as training
+from tff_algos.training import initial_weights, sampling, loop as training
 
 
 @pytest.fixture(scope='module')
@@ -201,7 +201,7 @@ def test_initial_weights_are_drawn_once_per_model_and_seed(task, monkeypatch):
   import tensorflow as tf
   from tensorflow.python.eager import context
   from tff_algos.runtime.inprocess import graph_import
-  monkeypatch.setattr(training, '_INITIAL_WEIGHTS', {})
+  monkeypatch.setattr(initial_weights, '_INITIAL_WEIGHTS', {})
   # (Earlier tests of this process may have imported a seeded random op.)
   monkeypatch.setattr(graph_import, 'seeded_random_imported', False)
   seeds = []

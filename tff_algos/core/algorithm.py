@@ -20,7 +20,7 @@ class FederatedAlgorithm:
   traffic: accounting.ClientTraffic
   compute: accounting.ComputeModel = accounting.ComputeModel()
   # True: `process` is a `core.stateful_process.StatefulLearningProcess` whose
-  # per-client state the trainer keeps in a `core.client_state.ClientStateStore`
+  # per-client state the trainer keeps in a `training.client_state.ClientStateStore`
   # (FedDyn, SCAFFOLD); its `traffic` excludes that state (it stays on clients).
   stateful_clients: bool = False
   # Set by `registry.BuildCache` when this is a shared build run with another

@@ -7,7 +7,7 @@ the round's client hyperparameters from it, broadcasts them with the model, and
 every client runs `local_training.run_local_training`. The algorithm
 parameterises the round with hooks: what a client sends back
 (`ClientOutputFn`: the FedAvg delta, a Theta-weighted gradient sum, ...), how
-each local step's gradient is transformed (`local_training.StepTransform`s,
+each local step's gradient is transformed (`step_transforms.StepTransform`s,
 chained), and a value each client measures before training
 (`ClientMeasurement`, e.g. LocalUpdateDecay's loss at x_t), averaged by the
 server and fed to the schedule's `next_state`.
@@ -34,6 +34,7 @@ import tensorflow_federated as tff
 from tff_algos.core import local_training
 from tff_algos.core import rounds
 from tff_algos.core import schedules
+from tff_algos.core import step_transforms
 
 # (outcome, hparams) -> the update a client uploads (structure of trainable weights).
 ClientOutputFn = Callable[[local_training.LocalOutcome, Any], Any]
@@ -237,8 +238,8 @@ def build_client_work(
     client_weighting: Union[tff.learning.ClientWeighting, str] = (
         tff.learning.ClientWeighting.NUM_EXAMPLES),
     output_fn: ClientOutputFn = model_delta,
-    transform: Optional[local_training.StepTransform] = None,
-    correction: Optional[Callable[[Any], local_training.CorrectionFn]] = None,
+    transform: Optional[step_transforms.StepTransform] = None,
+    correction: Optional[Callable[[Any], step_transforms.CorrectionFn]] = None,
     before_training: Optional[ClientMeasurement] = None,
 ) -> ClientWork:
   """Client work running the shared local loop under a round schedule.

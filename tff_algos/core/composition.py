@@ -1,4 +1,13 @@
-"""`compose_learning_process` with a client-work -> finalizer learning-rate link.
+"""Distributor + client work + aggregator + finalizer, as one learning process.
+
+`compose` is what every algorithm with a server optimiser is: TFF's broadcast
+distributor, its client work, a weighted mean (or another aggregator) and an
+apply-optimizer finalizer (`core.finalizer`), composed by TFF's
+`compose_learning_process`, or by `compose_with_server_lr` when the client
+work's schedule sets the server learning rate.
+
+`compose_with_server_lr`: TFF's composition with a client-work -> finalizer
+learning-rate link.
 
 TFF's `tff.learning.templates.compose_learning_process` keeps the four
 processes' states independent. LocalUpdateDecay needs the server optimiser's
@@ -18,10 +27,15 @@ as usual).
 from __future__ import annotations
 
 import collections
-from typing import Callable
+from typing import Callable, Optional
 
 import tensorflow as tf
 import tensorflow_federated as tff
+
+from tff_algos.core import accounting
+from tff_algos.core import client_work as client_work_lib
+from tff_algos.core import finalizer as finalizer_lib
+from tff_algos.core.algorithm import FederatedAlgorithm
 
 LearningAlgorithmState = tff.learning.templates.LearningAlgorithmState
 
@@ -80,3 +94,38 @@ def compose_with_server_lr(
 
   return tff.learning.templates.LearningProcess(init_fn, next_fn, get_model_weights,
                                                 set_model_weights)
+
+
+def initial_weights_computation(model_fn) -> tff.Computation:
+  @tff.tensorflow.computation
+  def initial_weights():
+    return tff.learning.models.ModelWeights.from_model(model_fn())
+  return initial_weights
+
+
+def compose(name: str, model_fn, work: client_work_lib.ClientWork,
+            server_optimizer: tff.learning.optimizers.Optimizer,
+            aggregator: Optional[tff.aggregators.WeightedAggregationFactory] = None,
+            ) -> FederatedAlgorithm:
+  """Distributor + client work + weighted mean + optimiser finalizer.
+
+  If the client work's schedule dictates the server learning rate
+  (`work.server_learning_rate_fn`: a decaying eta_t, a plateau rule), it is set
+  into the optimiser each round (`compose_with_server_lr`).
+  """
+  initial_weights = initial_weights_computation(model_fn)
+  weights_type = initial_weights.type_signature.result
+  result_type = work.process.next.type_signature.result.result.member
+  aggregator = (aggregator or tff.aggregators.MeanFactory()).create(
+      result_type.update, result_type.update_weight)
+  parts = (initial_weights,
+           tff.learning.templates.build_broadcast_process(weights_type),
+           work.process, aggregator,
+           finalizer_lib.build_apply_optimizer_finalizer(server_optimizer, weights_type))
+  if work.server_learning_rate_fn is None:
+    process = tff.learning.templates.compose_learning_process(*parts)
+  else:
+    process = compose_with_server_lr(*parts, work.server_learning_rate_fn)
+  return FederatedAlgorithm(
+      name=name, process=process,
+      traffic=accounting.client_traffic(work.client_computation, weights_type))

@@ -14,7 +14,7 @@ A condition on a `Lanes` value (the builders' argument checks, e.g.
 `alpha > 0`) holds when it holds in every lane. The one operation that is not
 element-wise in the local step, global-norm gradient clipping, is done per
 lane by `clip_by_lane_norm` when the clipping norm is given as `Lanes`
-(`local_training.clip_then_decay`).
+(`step_transforms.clip_then_decay`).
 
 Lanes stay independent as long as every lane stays finite: a client whose
 update is non-finite in ANY lane is dropped in all of them (the algorithms'

@@ -19,10 +19,10 @@ and reports what the algorithms of this library are built from:
   second pass when it can, and counts it otherwise.
 
 Algorithms change the local step through `StepTransform`s composed with
-`chain` (like optax's): a `correction` of the gradient (a proximal or
-control-variate term, clipping, weight decay) or a transform that only
-watches the raw gradients (LocalUpdate's Theta-weighted sum), instead of
-copying this loop.
+`chain` (like optax's; `core.step_transforms`): a `correction` of the gradient
+(a proximal or control-variate term, clipping, weight decay) or a transform
+that only watches the raw gradients (LocalUpdate's Theta-weighted sum),
+instead of copying this loop.
 Everything here runs inside a `tf.function`; it is plain TensorFlow that tests
 can call without TFF.
 """
@@ -39,97 +39,7 @@ from typing import Any, Callable, NamedTuple, Optional
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_algos.core import lanes
-
-CorrectionFn = Callable[[Any, Any], Any]
-
-
-def check_regularization(weight_decay: float, clip_norm: Optional[float]) -> None:
-  if not weight_decay >= 0:
-    raise ValueError(f'weight decay must be >= 0, got {weight_decay}')
-  if clip_norm is not None and not clip_norm > 0:
-    raise ValueError(f'clip_norm must be > 0 (or unset), got {clip_norm}')
-
-
-def clip_then_decay(grads, weights, clip_norm: Optional[float], weight_decay):
-  """clip_by_global_norm(grads, clip_norm) + weight_decay * weights.
-
-  The order of paper 003's reference code (PyTorch: the objective's gradient is
-  clipped, then `SGD(weight_decay=...)` adds the decay term), shared by its
-  FedAvg, FedProx, SCAFFOLD and FedDyn runs. A `lanes.Lanes` clip_norm clips
-  each lane of a stacked model on its own (`lanes.clip_by_lane_norm`).
-  """
-  grads = list(grads)
-  if lanes.is_lanes(clip_norm):  # a stacked model: each lane clipped on its own
-    grads = lanes.clip_by_lane_norm(grads, clip_norm)
-  elif clip_norm is not None:
-    grads, _ = tf.clip_by_global_norm(grads, clip_norm)
-  if not (isinstance(weight_decay, (int, float)) and weight_decay == 0):  # may be a tensor
-    grads = [g + weight_decay * w for g, w in zip(grads, weights)]
-  return grads
-
-
-def regularized(correction: Optional[Callable[[Any], CorrectionFn]],
-                weight_decay: float = 0.0, clip_norm: Optional[float] = None,
-                ) -> Optional[Callable[[Any], CorrectionFn]]:
-  """A client work's `correction` (x_t -> correction_fn), then `clip_then_decay`.
-
-  Returns `correction` itself when there is nothing to add, so default runs
-  trace the same graph as before.
-  """
-  check_regularization(weight_decay, clip_norm)
-  if not weight_decay and clip_norm is None:
-    return correction
-
-  def with_regularization(initial_weights):
-    inner = None if correction is None else correction(initial_weights)
-
-    def correction_fn(weights, grads):
-      grads = grads if inner is None else inner(weights, grads)
-      return clip_then_decay(grads, weights, clip_norm, weight_decay)
-    return correction_fn
-  return with_regularization
-
-
-class StepTransform(NamedTuple):
-  """A transform of each local step's gradient, with a state of its own.
-
-  init(trainable_variables) -> state;
-  update(grads, weights, state, step) -> (grads, state), `step` the 0-based
-  step index (int32). Compose with `chain`.
-  """
-  init: Callable[[Any], Any]
-  update: Callable[[Any, Any, Any, tf.Tensor], tuple[Any, Any]]
-
-
-def correction(correction_fn: CorrectionFn) -> StepTransform:
-  """A stateless transform: grads <- correction_fn(weights, grads)."""
-  def update(grads, weights, state, step):
-    del step
-    return tuple(correction_fn(weights, grads)), state
-  return StepTransform(lambda trainable: (), update)
-
-
-def chain(*transforms: Optional[StepTransform]) -> Optional[StepTransform]:
-  """The transforms applied in order, each to the previous one's gradient
-  (None entries skipped; None when none is left)."""
-  transforms = tuple(t for t in transforms if t is not None)
-  if not transforms:
-    return None
-  if len(transforms) == 1:
-    return transforms[0]
-
-  def init(trainable):
-    return tuple(t.init(trainable) for t in transforms)
-
-  def update(grads, weights, states, step):
-    new_states = []
-    for transform, state in zip(transforms, states):
-      grads, state = transform.update(grads, weights, state, step)
-      new_states.append(state)
-    return grads, tuple(new_states)
-  return StepTransform(init, update)
-
+from tff_algos.core.step_transforms import CorrectionFn, StepTransform, chain, correction
 
 @dataclasses.dataclass
 class LocalOutcome:
@@ -177,10 +87,10 @@ def fold(dataset: tf.data.Dataset, initial_state: Any,
   Must be called inside a `tf.function` (as all client work is).
 
   Reads go through optionals (`IteratorGetNextAsOptional`, one read past the
-  end). Session 19 read datasets of known size with `IteratorGetNextSync`
-  instead (the toy round ~10 % cheaper); with it, smoke runs on TFF's C++
-  worker hung now and then, both inter-op threads blocked destroying the
-  loop's iterators (docs/performance.md, session 20), so it was taken out.
+  end). Synchronous reads of datasets of known size (`IteratorGetNextSync`)
+  make the toy round ~10 % cheaper, but with them smoke runs on TFF's C++
+  worker hang now and then, both inter-op threads blocked destroying the
+  loop's iterators (docs/performance.md).
   """
   iterator = iter(dataset.with_options(_LOOP_OPTIONS))
 
@@ -253,8 +163,8 @@ def compiled_fold(dataset: tf.data.Dataset, initial_state: Any,
   batches `fold` takes, in its order. XLA caches the program per shape (the
   client's steps and last-batch size) and lane; `fn` must compile (no
   iterators, no stateful random ops). Results equal `fold`'s up to float
-  rounding (XLA fuses and reorders arithmetic). docs/performance.md
-  (session 25) has what each choice below measured.
+  rounding (XLA fuses and reorders arithmetic). docs/performance.md has what
+  each choice below measured.
   """
   spec = dataset.element_spec
   # All batches as one element, zero-padded to the largest (padded_batch
@@ -324,7 +234,7 @@ def _warn_if_convolutions_on_cpu(function) -> None:
   """A warning, once a process, if the compiled loop `function` convolves
   (called only without a GPU): XLA's CPU convolutions made the EMNIST CNN's
   client steps ~20x slower here (0.93 s a 10-step client vs ~0.04 s;
-  docs/performance.md, session 26)."""
+  docs/performance.md)."""
   graph = function.graph.as_graph_def()
   ops = {node.op for node in graph.node}
   ops.update(node.op for f in graph.library.function for node in f.node_def)

@@ -9,7 +9,7 @@ round is one federated computation
         -> <state@SERVER, metrics@SERVER, client_state@CLIENTS>
 
 so the client state is a CLIENTS-placed input and output, and the trainer keeps
-it between rounds in a `core.client_state.ClientStateStore` keyed by client id.
+it between rounds in a `training.client_state.ClientStateStore` keyed by client id.
 
 One round, for the algorithm's functions (plain TensorFlow, callable without TFF):
 

@@ -17,22 +17,18 @@ resume needs.
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import json
-import random
 import sys
 import time
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
-import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_algos import runtime
 from tff_algos.core import accounting
 from tff_algos.core import client_work
-from tff_algos.core import local_training
 from tff_algos.core import stateful_process
 from tff_algos.core.algorithm import FederatedAlgorithm
 from tff_algos.errors import UserError
@@ -41,6 +37,8 @@ from tff_algos.training import outputs as run_outputs
 from tff_algos.training import run_dir
 from tff_algos.training import sampling
 from tff_algos.training.config import RunConfig  # pylint: disable=unused-import  (training.RunConfig)
+from tff_algos.training.evaluation import cached_evaluator, flatten_metrics
+from tff_algos.training.initial_weights import initial_model_weights
 from tff_algos.training.task import Task
 
 MetricsCSV = run_outputs.MetricsCSV  # metrics.csv's writer
@@ -68,147 +66,6 @@ class RunResult:
   final_eval: dict[str, float]
   resumed_from: int                  # 0: fresh start
   summary: dict[str, Any]
-
-
-def flatten_metrics(metrics, prefix: str = '') -> dict[str, Any]:
-  """Nested measurements -> {'a/b/c': python scalar}."""
-  if hasattr(metrics, '_asdict'):
-    metrics = metrics._asdict()
-  if isinstance(metrics, Mapping):
-    out = {}
-    for key, value in metrics.items():
-      out.update(flatten_metrics(value, f'{prefix}{key}/'))
-    return out
-  value = np.asarray(metrics)
-  return {prefix[:-1]: value.item() if value.size == 1 else value.tolist()}
-
-
-# The evaluators of the last few (task, max_examples), by the task's identity:
-# the runs of a grid or a reproduction share one task and trace its
-# evaluation once. (A task is not hashable; the entry holds it, so its id
-# stays its own.)
-_EVALUATORS: collections.OrderedDict = collections.OrderedDict()
-_EVALUATORS_KEPT = 2
-
-
-def cached_evaluator(task: Task, max_examples: Optional[int] = None
-                     ) -> Callable[..., dict[str, float]]:
-  """`build_evaluator(task, max_examples)`, built once per task object (it
-  keeps no state between calls: each sets the weights and resets the metrics)."""
-  key = (id(task), max_examples)
-  if key in _EVALUATORS:
-    _EVALUATORS.move_to_end(key)
-    return _EVALUATORS[key][1]
-  evaluator = build_evaluator(task, max_examples)
-  _EVALUATORS[key] = (task, evaluator)
-  while len(_EVALUATORS) > _EVALUATORS_KEPT:
-    _EVALUATORS.popitem(last=False)
-  return evaluator
-
-
-def build_evaluator(task: Task, max_examples: Optional[int] = None
-                    ) -> Callable[..., dict[str, float]]:
-  """Centralised evaluation of model weights on `task.test_data` (plain TF).
-
-  The returned `run(weights, full=False)` uses the first `max_examples` test
-  examples unless `full` (a fixed sample, so curves are comparable).
-  """
-  if task.test_data is None:
-    return lambda weights, full=False: {}
-  model = task.model_fn()
-  sample = task.test_data
-  if max_examples is not None:
-    batch = next(iter(tf.nest.flatten(task.test_data.element_spec))).shape[0]
-    sample = task.test_data.unbatch().take(max_examples).batch(batch or 100)
-
-  def evaluate_on(dataset):
-    @tf.function
-    def evaluate(weights):
-      local_training.assign_weights(model, weights)
-      model.reset_metrics()
-      for batch in dataset:
-        model.forward_pass(batch, training=False)
-      return model.report_local_unfinalized_metrics()
-    return evaluate
-
-  evaluators = {False: evaluate_on(sample), True: evaluate_on(task.test_data)}
-
-  def run(weights, full: bool = False) -> dict[str, float]:
-    unfinalized = evaluators[full](weights)
-    # Keras finalizers are tf.functions that build a metric on each trace;
-    # run their Python bodies eagerly instead.
-    finalizers = model.metric_finalizers()
-    return {name: float(np.asarray(
-        getattr(finalizers[name], 'python_function', finalizers[name])(value)))
-            for name, value in unfinalized.items()}
-
-  return run
-
-
-def initial_model_weights(task: Task, seed: int) -> tff.learning.models.ModelWeights:
-  """The model's initial weights, drawn after seeding TF, numpy and Python.
-
-  (`tf.random.set_seed` alone does not make unseeded Keras initialisers repeat
-  within a process; `tf.keras.utils.set_random_seed` does.)
-
-  A process draws them once per (model, seed) and keeps them, with Python's
-  and numpy's random states as the draw left them, which a later call
-  restores. Re-seeding TensorFlow clears its kernel cache, so the next round
-  instantiated every function of the round again: 0.4-0.7 s of each run of the
-  benchmark's 12-run grid (~0.9 s a run). A draw is reused only while
-  TensorFlow's global seed is still `seed` (runs of one seed in a row; another
-  seed in between re-seeds, as a client's shuffle combines its seed with the
-  global one). Where this process imported a TFF
-  computation with a seeded stateful random op (in-process backend), every call
-  draws again: the cleared cache restarts those ops' streams, as a separate run
-  starts them.
-  """
-  from tensorflow.python.eager import context  # pylint: disable=g-import-not-at-top
-  graph_import = sys.modules.get('tff_algos.runtime.inprocess.graph_import')
-  reseed = (graph_import is not None and graph_import.seeded_random_imported
-            # The run's seeded ops (a client's shuffle) combine their seeds with
-            # TF's global seed: a draw is reused only while it is still `seed`.
-            or context.global_seed() != seed)
-  kept = _INITIAL_WEIGHTS.get((id(task.model_fn), seed))
-  if kept is None or kept[0] is not task.model_fn or reseed:
-    tf.keras.utils.set_random_seed(seed)
-    model = task.model_fn()
-    weights = tff.learning.models.ModelWeights(
-        trainable=[v.numpy() for v in model.trainable_variables],
-        non_trainable=[v.numpy() for v in model.non_trainable_variables])
-    if len(_INITIAL_WEIGHTS) >= _MAX_KEPT_INITIAL_WEIGHTS:
-      _INITIAL_WEIGHTS.pop(next(iter(_INITIAL_WEIGHTS)))
-    kept = (task.model_fn, weights, random.getstate(), np.random.get_state())
-    _INITIAL_WEIGHTS[(id(task.model_fn), seed)] = kept
-  _, weights, python_state, numpy_state = kept
-  random.setstate(python_state)
-  np.random.set_state(numpy_state)
-  return tf.nest.map_structure(np.copy, weights)
-
-
-# (id(model_fn), seed) -> (model_fn, weights, Python's and numpy's random states).
-_INITIAL_WEIGHTS: dict = {}
-_MAX_KEPT_INITIAL_WEIGHTS = 8
-
-
-def seed_major(items: list, seed: Callable[[Any], Any]) -> list[int]:
-  """Indices of `items` with equal seeds together (each seed's items in their
-  order; seeds in order of first appearance), the order to run them in one
-  process.
-
-  A run seeds TensorFlow for its initial weights (`initial_model_weights`),
-  which clears TensorFlow's kernel cache: the next round instantiates the whole
-  round computation again (0.4-0.7 s on the quadratic toy). Runs of one seed in
-  a row seed it once, and runs that share a build share its instantiation.
-  Results do not depend on the order while every random draw of a run is
-  seeded explicitly (the library's sampling, shuffles and augmentation are):
-  a run that reuses its seed's initial weights restores Python's and numpy's
-  random states, not TensorFlow's op-seed counter or Keras's generator.
-  """
-  first = {}
-  for item in items:
-    first.setdefault(seed(item), len(first))
-  return sorted(range(len(items)), key=lambda i: first[seed(items[i])])
 
 
 RoundCallback = Callable[[int, Any, dict], None]
@@ -341,7 +198,7 @@ class _RoundStep:
 
   def rounds(self, state, first: int, n: int) -> tuple[Any, list[tuple[dict[str, Any], int, bool]]]:
     """Rounds first..first+n-1 in one TFF call where they can share one
-    (`core.chain`: the same models and metrics): (state after them, per round
+    (`training.chain`: the same models and metrics): (state after them, per round
     (row, cohort size, whether every client was dropped)). Each row's
     round_time_s is the call's time over n."""
     t0 = time.perf_counter()
@@ -512,7 +369,7 @@ def _summary(algorithm: FederatedAlgorithm, task: Task, config: RunConfig,
 
 def _one_per_call(algorithm: FederatedAlgorithm, config: RunConfig,
                   round_callback: Optional[RoundCallback]) -> Optional[str]:
-  """Why this run's rounds cannot share TFF calls (`core.chain`), or None."""
+  """Why this run's rounds cannot share TFF calls (`training.chain`), or None."""
   if round_callback is not None:
     return 'a round callback sees every round'
   if algorithm.stateful_clients:  # the store is read and written between rounds

@@ -355,3 +355,15 @@ class MovingStatistics(_LearningRateOptimizer):
     new.update((k, tf.nest.pack_sequence_as(state[k], tf.nest.flatten(stats[k])))
                for k in self._rule.statistic_names)
     return new, _map(tf.subtract, weights, step)
+
+
+def of_config(config) -> GBOOptimizer:
+  """The optimiser of a config's client_* fields (`gbo.config.StatisticsOptimizer`),
+  or its own `optimizer`. SGDm's beta is --client_momentum."""
+  if config.optimizer is not None:
+    return config.optimizer
+  name = config.client_optimizer
+  beta_1 = config.client_momentum if name == 'sgdm' else config.client_beta_1
+  return build(name, beta_1=beta_1, beta_2=config.client_beta_2,
+               epsilon=config.client_epsilon,
+               reference_conventions=config.reference_conventions)

@@ -11,7 +11,7 @@ MFL). The client work's server state is (schedule state, s_t). Round t:
            (means weighted like the model: n_i, or 1 with uniform weighting)
 
 The model mean goes through the usual aggregator and finalizer
-(`fedopt.compose`: x_{t+1} = x_t - mean Delta with server SGD at 1), so the
+(`core.composition.compose`: x_{t+1} = x_t - mean Delta with server SGD at 1), so the
 algorithms keep TFF's composition (distributor, client work, aggregator,
 finalizer) exactly as TFF's own Mime Lite does (its client work also averages
 the clients' full gradients and updates the optimiser state it keeps).

@@ -13,7 +13,7 @@ cross-device federated learning" (NeurIPS 2021), as compared in paper 004
              s_{t+1} = T(mean_i c_i, s_t)
 
 Download x + s, upload x + grad f (Table 1). U and T are FedGBO's
-(`core.gbo_optimizers`: SGDm m <- beta m + (1-beta) g, RMSProp, Adam), so
+(`gbo.optimizers`: SGDm m <- beta m + (1-beta) g, RMSProp, Adam), so
 Mimelite and FedGBO differ only in where the tracked gradient comes from.
 Means are weighted by n_i (or uniform). The full-batch gradient is the
 example-weighted mean of the batch-mean gradients, computed before training
@@ -31,69 +31,14 @@ from typing import Callable, Optional
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_algos.algorithms import fedgbo
-from tff_algos.algorithms import fedopt
+from tff_algos.algorithms.fedgbo import process as fedgbo
 from tff_algos.algorithms.gbo import optimizers as gbo_optimizers
 from tff_algos.algorithms.gbo import statistics as global_statistics
+from tff_algos.algorithms.mime.config import ONE_BATCH, MimeConfig
 from tff_algos.core import accounting
-from tff_algos.core import client_work as client_work_lib
 from tff_algos.core import local_training
-from tff_algos.core import optimizers
 from tff_algos.core.algorithm import FederatedAlgorithm
-from tff_algos.flags.hparams import HParams
-
-FULL_BATCH = 'full_batch'   # Mimelite
-ONE_BATCH = 'one_batch'     # MimeXlite
-
-
-@dataclasses.dataclass(frozen=True)
-class MimeConfig:
-  optimizer: gbo_optimizers.GBOOptimizer = gbo_optimizers.SGDm(0.9)
-  learning_rate: float = 0.1            # eta
-  local_steps: Optional[int] = None     # K_0; None: `epochs` passes
-  epochs: int = 1
-  local_steps_decay: float = 1.0
-  client_lr_decay: float = 1.0
-  gradient: str = FULL_BATCH            # or ONE_BATCH (MimeXlite)
-  server_optimizer: optimizers.OptimizerSpec = optimizers.OptimizerSpec('sgd', 1.0)
-  uniform_weighting: bool = False
-
-  def __post_init__(self):
-    if self.gradient not in (FULL_BATCH, ONE_BATCH):
-      raise ValueError(f'gradient must be {FULL_BATCH} or {ONE_BATCH}, got {self.gradient!r}')
-    if not isinstance(self.optimizer, gbo_optimizers.GBOOptimizer):
-      raise ValueError(f'optimizer must be a GBOOptimizer, got {self.optimizer!r}')
-    self.client_schedule()
-
-  @classmethod
-  def from_hparams(cls, hp: HParams, gradient: str = FULL_BATCH) -> 'MimeConfig':
-    what = 'mimexlite' if gradient == ONE_BATCH else 'mimelite'
-    return cls(optimizer=fedgbo.gbo_optimizer(hp, what), learning_rate=hp.client_learning_rate,
-               local_steps=hp.local_steps, epochs=hp.client_epochs_per_round,
-               local_steps_decay=hp.local_steps_decay, client_lr_decay=hp.client_lr_decay,
-               gradient=gradient, server_optimizer=hp.server_optimizer_spec(),
-               uniform_weighting=hp.uniform_weighting or hp.gbo_reference_conventions)
-
-  def client_schedule(self) -> client_work_lib.ClientSchedule:
-    return client_work_lib.client_schedule(
-        self.learning_rate, self.client_lr_decay, self.local_steps,
-        self.local_steps_decay, self.epochs)
-
-  def shared_build_key(self) -> 'MimeConfig':
-    """This config with eta, d_eta, K_0, d_K (the schedule's state) and the
-    server optimiser's learning rate (TFF's finalizer state) fixed: configs with
-    equal keys share one build (`registry.BuildCache`)."""
-    return dataclasses.replace(
-        self, learning_rate=1.0, client_lr_decay=1.0,
-        local_steps=None if self.local_steps is None else 1, local_steps_decay=1.0,
-        server_optimizer=dataclasses.replace(self.server_optimizer, learning_rate=1.0))
-
-  def schedule_values(self):
-    return self.client_schedule().state_values()
-
-  def shared_server_learning_rate(self) -> float:
-    return self.server_optimizer.learning_rate
-
+from tff_algos.core.composition import compose
 
 def mean_gradient(model: tff.learning.models.VariableModel, weights,
                   dataset: tf.data.Dataset):
@@ -122,7 +67,7 @@ def mean_gradient(model: tff.learning.models.VariableModel, weights,
 def build_mime(model_fn: Callable[[], tff.learning.models.VariableModel],
                config: MimeConfig = MimeConfig(),
                name: Optional[str] = None) -> FederatedAlgorithm:
-  rule = config.optimizer
+  rule = gbo_optimizers.of_config(config)
   one_batch = config.gradient == ONE_BATCH
 
   def client_fn(model, hparams, statistics, initial_weights, dataset):
@@ -139,9 +84,9 @@ def build_mime(model_fn: Callable[[], tff.learning.models.VariableModel],
   work = global_statistics.build_statistics_client_work(
       model_fn, config.client_schedule(), rule.initialize, client_fn, server_fn,
       server_uses_delta=False,
-      client_weighting=(tff.learning.ClientWeighting.UNIFORM if config.uniform_weighting
+      client_weighting=(tff.learning.ClientWeighting.UNIFORM if config.plain_mean
                         else tff.learning.ClientWeighting.NUM_EXAMPLES))
   name = name or ('mimexlite' if one_batch else 'mimelite')
-  algorithm = fedopt.compose(name, model_fn, work, config.server_optimizer.build())
+  algorithm = compose(name, model_fn, work, config.server_optimizer_spec().build())
   return dataclasses.replace(algorithm, compute=accounting.ComputeModel(
       optimizer_flops_per_param=rule.flops_fixed, extra_gradient=config.gradient))

@@ -31,14 +31,12 @@ time step, averaged over steps).
 
 from __future__ import annotations
 
-import dataclasses
-
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_algos.algorithms import fedopt
+from tff_algos.algorithms.fedmax.config import FedMaxConfig
+from tff_algos.algorithms.fedopt import process as fedopt
 from tff_algos.core.algorithm import FederatedAlgorithm
-from tff_algos.flags.hparams import HParams
 
 PENULTIMATE_LAYER_NAME = 'penultimate'
 
@@ -110,39 +108,12 @@ def fedmax_model_fn(model_fn, beta: float, reference_kl: bool = False):
   return wrapped
 
 
-@dataclasses.dataclass(frozen=True)
-class FedMaxConfig:
-  fedopt: fedopt.FedOptConfig = fedopt.FedOptConfig()
-  beta: float = 1.0          # weight of the entropy term (FedMAX's beta, 004's alpha)
-  reference_kl: bool = False
-
-  def __post_init__(self):
-    if not self.beta >= 0:
-      raise ValueError(f'fedmax_beta must be >= 0, got {self.beta}')
-
-  def shared_build_key(self) -> 'FedMaxConfig':
-    """See `FedOptConfig.shared_build_key` (beta stays: a constant)."""
-    return dataclasses.replace(self, fedopt=self.fedopt.shared_build_key())
-
-  def schedule_values(self):
-    return self.fedopt.schedule_values()
-
-  def shared_server_learning_rate(self):
-    return self.fedopt.shared_server_learning_rate()
-
-  @classmethod
-  def from_hparams(cls, hp: HParams) -> 'FedMaxConfig':
-    return cls(fedopt=fedopt.FedOptConfig.from_hparams(hp), beta=hp.fedmax_beta,
-               reference_kl=hp.fedmax_reference_kl)
-
-
 def build_fedmax(model_fn, config: FedMaxConfig = FedMaxConfig(),
                  name: str = 'fedmax') -> FederatedAlgorithm:
   with tf.Graph().as_default():  # fail here, not inside TFF tracing
     penultimate_layer(_keras_of(model_fn()))
   return fedopt.build_fedopt(
-      fedmax_model_fn(model_fn, config.beta, config.reference_kl),
-      config.fedopt, name=name)
+      fedmax_model_fn(model_fn, config.beta, config.reference_kl), config, name=name)
 
 
 def _keras_of(model: tff.learning.models.VariableModel) -> tf.keras.Model:

@@ -31,57 +31,17 @@ without an lr decay.
 from __future__ import annotations
 
 import collections
-import dataclasses
-from typing import Callable, Optional
+from typing import Callable
 
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_algos.algorithms.scaffold.config import ScaffoldConfig
 from tff_algos.core import algorithm as algorithm_lib
-from tff_algos.core import client_work as client_work_lib
 from tff_algos.core import local_training
 from tff_algos.core import stateful_process
+from tff_algos.core import step_transforms
 from tff_algos.core.algorithm import FederatedAlgorithm
-from tff_algos.flags.hparams import HParams
-
-
-@dataclasses.dataclass(frozen=True)
-class ScaffoldConfig:
-  client_learning_rate: float = 0.1    # gamma (plain SGD)
-  server_learning_rate: float = 1.0    # eta_g
-  local_steps: Optional[int] = None    # K_0; None: `epochs` epochs
-  epochs: int = 1
-  local_steps_decay: float = 1.0
-  client_lr_decay: float = 1.0
-  weight_decay: float = 0.0
-  clip_norm: Optional[float] = None
-  report_device_average: bool = False
-  reference_conventions: bool = False
-
-  def __post_init__(self):
-    if not self.client_learning_rate > 0:
-      raise ValueError('scaffold needs a client learning rate gamma > 0 '
-                       f'(c_i+ divides by K gamma), got {self.client_learning_rate}')
-    if not self.server_learning_rate > 0:
-      raise ValueError(f'scaffold global step eta_g must be > 0, got '
-                       f'{self.server_learning_rate}')
-    local_training.check_regularization(self.weight_decay, self.clip_norm)
-    self.client_schedule()
-
-  @classmethod
-  def from_hparams(cls, hp: HParams) -> 'ScaffoldConfig':
-    return cls(client_learning_rate=hp.client_learning_rate,
-               server_learning_rate=hp.server_learning_rate,
-               local_steps=hp.local_steps, epochs=hp.client_epochs_per_round,
-               local_steps_decay=hp.local_steps_decay, client_lr_decay=hp.client_lr_decay,
-               weight_decay=hp.client_weight_decay, clip_norm=hp.clip_norm,
-               report_device_average=hp.report_device_average,
-               reference_conventions=hp.scaffold_reference_conventions)
-
-  def client_schedule(self) -> client_work_lib.ClientSchedule:
-    return client_work_lib.client_schedule(
-        self.client_learning_rate, self.client_lr_decay, self.local_steps,
-        self.local_steps_decay, self.epochs)
 
 
 def drift(c_i, c):
@@ -94,10 +54,10 @@ def corrected_gradient(config: ScaffoldConfig, grads, weights, correction):
 
   The paper writes g - c_i + c. Paper 003's code forms c - c_i once per client
   and adds it at every step, as here: one pass over the model a step instead of
-  two, the same sum up to float rounding (README, Fidelity)."""
-  return local_training.clip_then_decay(
+  two, the same sum up to float rounding (docs/papers/paper003.md)."""
+  return step_transforms.clip_then_decay(
       [g + d for g, d in zip(grads, correction)], weights, config.clip_norm,
-      config.weight_decay)
+      config.client_weight_decay)
 
 
 def control_variate_update(c_i, c, delta, num_steps, learning_rate):

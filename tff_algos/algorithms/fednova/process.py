@@ -2,7 +2,7 @@
 
 Wang, Liu, Liang, Joshi, Poor, "Tackling the Objective Inconsistency Problem in
 Heterogeneous Federated Optimization" (NeurIPS 2020), with plain local SGD. Not
-one of the five papers: the README's "Adding an algorithm" recipe, followed once.
+one of the five papers.
 
 Round t, server model x_t, cohort S_t:
   client i:  tau_i steps of SGD at gamma_t from x_t to y_i (K_t steps, or E
@@ -15,8 +15,8 @@ tau_i, FedAvg's update sum_i p_i tau_i d_i weights client i by p_i tau_i, so
 it minimises a surrogate objective that over-weights the clients taking more
 steps; FedNova's weights stay p_i.
 
-It is FedOpt (`fedopt.client_work`, `fedopt.compose`) with two changes: the
-clients' upload (`normalized_update`) and an aggregator that takes TFF's
+It is FedOpt (`fedopt.client_work`, `core.composition.compose`) with two
+changes: the clients' upload (`normalized_update`) and an aggregator that takes TFF's
 weighted mean of (d_i, tau_i) and multiplies the two means. A client with no
 data has tau_i = 0, so d_i = 0/0: the client work drops it as non-finite
 (weight 0).
@@ -25,36 +25,17 @@ data has tau_i = 0, so d_i = 0/0: the client work drops it as non-finite
 from __future__ import annotations
 
 import collections
-import dataclasses
 from typing import Callable
 
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_algos.algorithms import fedopt
+from tff_algos.algorithms.fednova.config import FedNovaConfig
+from tff_algos.algorithms.fedopt import FedOptConfig
+from tff_algos.algorithms.fedopt import process as fedopt
+from tff_algos.core import hparams
 from tff_algos.core.algorithm import FederatedAlgorithm
-from tff_algos.flags.hparams import HParams
-
-
-@dataclasses.dataclass(frozen=True)
-class FedNovaConfig:
-  """FedNova's round: FedOpt's schedule (gamma, K or E, their decays, eta)
-  with plain SGD on clients and server and clients weighted by n_i."""
-  fedopt: fedopt.FedOptConfig = fedopt.FedOptConfig()
-
-  def __post_init__(self):
-    config = self.fedopt
-    if config.client_optimizer.name != 'sgd' or config.server_optimizer.name != 'sgd':
-      raise ValueError('FedNova (as built here) runs plain SGD on clients and server, got '
-                       f'{config.client_optimizer.name} / {config.server_optimizer.name}')
-    if config.uniform_weighting:
-      raise ValueError('FedNova weights clients by p_i = n_i / n, not uniformly')
-    if config.weight_decay or config.clip_norm is not None:
-      raise ValueError('FedNova takes plain SGD steps: no weight decay or clipping')
-
-  @classmethod
-  def from_hparams(cls, hp: HParams) -> 'FedNovaConfig':
-    return cls(fedopt.FedOptConfig.from_hparams(hp))
+from tff_algos.core.composition import compose
 
 
 def normalized_update(outcome, hparams) -> collections.OrderedDict:
@@ -92,6 +73,7 @@ class EffectiveStepsMean(tff.aggregators.WeightedAggregationFactory):
 def build_fednova(model_fn: Callable[[], tff.learning.models.VariableModel],
                   config: FedNovaConfig = FedNovaConfig(),
                   name: str = 'fednova') -> FederatedAlgorithm:
-  work = fedopt.client_work(model_fn, config.fedopt, output_fn=normalized_update)
-  return fedopt.compose(name, model_fn, work, config.fedopt.server_optimizer.build(),
-                        EffectiveStepsMean())
+  sgd = hparams.convert(config, FedOptConfig)  # FedOpt with plain SGD on clients and server
+  work = fedopt.client_work(model_fn, sgd, output_fn=normalized_update)
+  return compose(name, model_fn, work, sgd.server_optimizer_spec().build(),
+                 EffectiveStepsMean())

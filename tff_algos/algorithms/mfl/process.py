@@ -10,7 +10,7 @@ optimiser whose parameters are averaged alongside the model. Round t:
   server:    x_{t+1} = mean_i y_K^i;   s_{t+1} = mean_i s^i_K
 
 Download x + s, upload x + s (Table 1): SGDm/RMSProp 2 model sizes, Adam 3.
-The optimiser is FedGBO's (`core.gbo_optimizers`, the same flags) with moving
+The optimiser is FedGBO's (`gbo.optimizers`, the same flags) with moving
 statistics, as the authors' MFL optimisers: s <- T(g, s), then y <- y - M:
 SGDm m <- beta m + (1-beta) g, y <- y - gamma m (dampened); RMSProp and Adam
 with beta_2 = 0.99, eps = 1e-3 by default, bias-corrected from 0 (or the
@@ -27,23 +27,20 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-from typing import Callable, Optional
+from typing import Callable
 
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_algos.algorithms import fedgbo
-from tff_algos.algorithms import fedopt
 from tff_algos.algorithms.gbo import optimizers as gbo_optimizers
 from tff_algos.algorithms.gbo import statistics as global_statistics
+from tff_algos.algorithms.mfl.config import MFLConfig
 from tff_algos.core import accounting
-from tff_algos.core import client_work as client_work_lib
 from tff_algos.core import local_training
 from tff_algos.core import optimizers
 from tff_algos.core.algorithm import FederatedAlgorithm
-from tff_algos.flags.hparams import HParams
+from tff_algos.core.composition import compose
 
-NAMES = ('sgdm', 'rmsprop', 'adam')
 # Optimiser FLOPs per parameter and step with moving statistics (App. B, Table VI).
 _FLOPS_MOVING = {cls.name: cls.flops_moving for cls in
                  (gbo_optimizers.SGDm, gbo_optimizers.RMSProp, gbo_optimizers.Adam)}
@@ -51,67 +48,28 @@ _FLOPS_MOVING = {cls.name: cls.flops_moving for cls in
 _COUNTERS = ('step', 'count')
 
 
-@dataclasses.dataclass(frozen=True)
-class MFLConfig:
-  optimizer: gbo_optimizers.GBOOptimizer = gbo_optimizers.SGDm(0.9)
-  learning_rate: float = 0.1            # gamma_0
-  local_steps: Optional[int] = 10       # K_0; None: `epochs` passes
-  epochs: int = 1
-  local_steps_decay: float = 1.0
-  client_lr_decay: float = 1.0
-  uniform_weighting: bool = False
-  # Instead of `optimizer` and `learning_rate`: a tff.learning optimiser
-  # (sgdm, rmsprop, adam), unchanged, at its own learning rate.
-  tff_optimizer: Optional[optimizers.OptimizerSpec] = None
-
-  def __post_init__(self):
-    spec = self.tff_optimizer
-    if spec is not None:
-      if spec.name not in NAMES:
-        raise ValueError(f'MFL averages client optimiser state: --client_optimizer must be '
-                         f'one of {NAMES}, got {spec.name!r}')
-      if spec.name == 'sgdm' and not spec.get('momentum'):
-        raise ValueError('MFL with sgdm needs a momentum > 0 (else there is no state)')
-    elif not isinstance(self.optimizer, gbo_optimizers.GBOOptimizer):
-      raise ValueError(f'optimizer must be a GBOOptimizer, got {self.optimizer!r}')
-    elif isinstance(self.optimizer, gbo_optimizers.SGDm) and not self.optimizer.beta:
-      raise ValueError('MFL with sgdm needs a momentum > 0 (else there is no state)')
-    self.client_schedule()
-
-  @classmethod
-  def from_hparams(cls, hp: HParams) -> 'MFLConfig':
-    return cls(optimizer=fedgbo.gbo_optimizer(hp, 'mfl'),
-               learning_rate=hp.client_learning_rate, local_steps=hp.local_steps,
-               epochs=hp.client_epochs_per_round, local_steps_decay=hp.local_steps_decay,
-               client_lr_decay=hp.client_lr_decay,
-               uniform_weighting=hp.uniform_weighting or hp.gbo_reference_conventions)
-
-  def client_schedule(self) -> client_work_lib.ClientSchedule:
-    learning_rate = (self.learning_rate if self.tff_optimizer is None
-                     else self.tff_optimizer.learning_rate)
-    return client_work_lib.client_schedule(
-        learning_rate, self.client_lr_decay, self.local_steps,
-        self.local_steps_decay, self.epochs)
-
-  def client_optimizer(self) -> tff.learning.optimizers.Optimizer:
-    if self.tff_optimizer is not None:
-      return self.tff_optimizer.build()
-    return gbo_optimizers.MovingStatistics(self.optimizer, self.learning_rate)
-
-  def flops_per_param(self) -> float:
-    if self.tff_optimizer is not None:
-      return _FLOPS_MOVING[self.tff_optimizer.name]
-    return self.optimizer.flops_moving
-
-
 def _is_statistic(value) -> bool:
   """Per-weight statistics are structures; hyperparameters are scalars."""
   return isinstance(value, (tuple, list))
 
 
+def client_optimizer(config: MFLConfig) -> tff.learning.optimizers.Optimizer:
+  """The optimiser clients run: paper 004's with moving statistics, or TFF's."""
+  if config.tff_optimizer is not None:
+    return config.tff_optimizer.build()
+  return gbo_optimizers.MovingStatistics(gbo_optimizers.of_config(config),
+                                         config.client_learning_rate)
+
+
+def flops_per_param(config: MFLConfig) -> float:
+  if config.tff_optimizer is not None:
+    return _FLOPS_MOVING[config.tff_optimizer.name]
+  return gbo_optimizers.of_config(config).flops_moving
+
+
 def build_mfl(model_fn: Callable[[], tff.learning.models.VariableModel],
               config: MFLConfig = MFLConfig(), name: str = 'mfl') -> FederatedAlgorithm:
-  optimizer = config.client_optimizer()
+  optimizer = client_optimizer(config)
 
   def client_fn(model, hparams, state, initial_weights, dataset):
     state = collections.OrderedDict(  # tuples, like the loop's weights and grads
@@ -143,8 +101,8 @@ def build_mfl(model_fn: Callable[[], tff.learning.models.VariableModel],
   work = global_statistics.build_statistics_client_work(
       model_fn, config.client_schedule(), optimizer.initialize, client_fn, server_fn,
       server_uses_delta=False,
-      client_weighting=(tff.learning.ClientWeighting.UNIFORM if config.uniform_weighting
+      client_weighting=(tff.learning.ClientWeighting.UNIFORM if config.plain_mean
                         else tff.learning.ClientWeighting.NUM_EXAMPLES))
-  algorithm = fedopt.compose(name, model_fn, work, optimizers.OptimizerSpec('sgd', 1.0).build())
+  algorithm = compose(name, model_fn, work, optimizers.OptimizerSpec('sgd', 1.0).build())
   return dataclasses.replace(algorithm, compute=accounting.ComputeModel(
-      optimizer_flops_per_param=config.flops_per_param()))
+      optimizer_flops_per_param=flops_per_param(config)))

@@ -36,64 +36,17 @@ Clients whose update is non-finite are left out of the mean and keep g_k.
 from __future__ import annotations
 
 import collections
-import dataclasses
-from typing import Callable, Optional
+from typing import Callable
 
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_algos.algorithms.feddyn.config import FedDynConfig
 from tff_algos.core import algorithm as algorithm_lib
-from tff_algos.core import client_work as client_work_lib
 from tff_algos.core import local_training
 from tff_algos.core import stateful_process
+from tff_algos.core import step_transforms
 from tff_algos.core.algorithm import FederatedAlgorithm
-from tff_algos.flags.hparams import HParams
-
-
-@dataclasses.dataclass(frozen=True)
-class FedDynConfig:
-  alpha: float = 0.01                  # paper's default alpha
-  client_learning_rate: float = 0.1    # gamma (plain SGD)
-  local_steps: Optional[int] = None    # K_0; None: `epochs` epochs
-  epochs: int = 1
-  local_steps_decay: float = 1.0
-  client_lr_decay: float = 1.0
-  adaptive_alpha: bool = False
-  weight_decay_form: bool = False
-  weight_decay: float = 0.0
-  clip_norm: Optional[float] = None
-  report_device_average: bool = False
-
-  def __post_init__(self):
-    if not self.alpha > 0:
-      raise ValueError(f'feddyn alpha must be > 0, got {self.alpha}')
-    local_training.check_regularization(self.weight_decay, self.clip_norm)
-    self.client_schedule()
-
-  @classmethod
-  def from_hparams(cls, hp: HParams) -> 'FedDynConfig':
-    return cls(alpha=hp.feddyn_alpha, client_learning_rate=hp.client_learning_rate,
-               local_steps=hp.local_steps, epochs=hp.client_epochs_per_round,
-               local_steps_decay=hp.local_steps_decay, client_lr_decay=hp.client_lr_decay,
-               adaptive_alpha=hp.feddyn_adaptive_alpha,
-               weight_decay_form=hp.feddyn_weight_decay_form,
-               weight_decay=hp.client_weight_decay, clip_norm=hp.clip_norm,
-               report_device_average=hp.report_device_average)
-
-  def client_schedule(self) -> client_work_lib.ClientSchedule:
-    return client_work_lib.client_schedule(
-        self.client_learning_rate, self.client_lr_decay, self.local_steps,
-        self.local_steps_decay, self.epochs)
-
-  def shared_build_key(self) -> 'FedDynConfig':
-    """This config with the schedule's numbers (read from the state) fixed:
-    configs with equal keys run on one build (`registry.BuildCache`)."""
-    return dataclasses.replace(
-        self, client_learning_rate=1.0, client_lr_decay=1.0,
-        local_steps=None if self.local_steps is None else 1, local_steps_decay=1.0)
-
-  def schedule_values(self):
-    return self.client_schedule().state_values()
 
 
 def _zeros(structure):
@@ -117,12 +70,12 @@ def local_gradient(config: FedDynConfig, grads, weights, server_weights, g_k,
   if config.weight_decay_form:  # alpha_k theta joins the (unclipped) decay term
     if linear is None:
       linear = linear_term(g_k, server_weights, alpha_k)
-    return local_training.clip_then_decay([g + c for g, c in zip(grads, linear)], weights,
-                                          config.clip_norm, alpha_k + config.weight_decay)
+    return step_transforms.clip_then_decay([g + c for g, c in zip(grads, linear)], weights,
+                                          config.clip_norm, alpha_k + config.client_weight_decay)
   total = [g - gk + alpha_k * (w - s)
            for g, gk, w, s in zip(grads, g_k, weights, server_weights)]
-  return local_training.clip_then_decay(total, weights, config.clip_norm,
-                                        config.weight_decay)
+  return step_transforms.clip_then_decay(total, weights, config.clip_norm,
+                                        config.client_weight_decay)
 
 
 def client_alpha(config: FedDynConfig, count_examples, mean_examples):

@@ -1,7 +1,7 @@
 """`python -m experiments`: the binaries of this package, a line each.
 
 Each is run as `python -m experiments.<name>` (`--help` lists its flags); the
-README's "Two commands" and "Reproducing the papers" sections start there.
+README's "Two commands" and docs/reproducing.md start there.
 """
 
 import ast
@@ -31,7 +31,7 @@ def main() -> int:
   width = max(len(name) for name, _ in listed)
   for name, line in listed:
     print(f'  {name:{width}s}  {line}')
-  print('Start with: python -m experiments.train (README, "Two commands").')
+  print('Start with: python -m experiments.train (README, "Quickstart").')
   return 0
 
 

@@ -83,8 +83,7 @@ QUADRATIC = Experiment(
                         f'{_client_steps(10, 0.995, 3000)})'),
     ),
     expected_runtime='~40-50 s wall on 2 idle cores (measured in full: 37.3 s, 41.5 s user + '
-                     '16.2 s system; the 7 runs x 10 seeds as lanes of one stacked model; '
-                     '~80 min before)',
+                     '16.2 s system; the 7 runs x 10 seeds as lanes of one stacked model)',
     notes=('The paper gives no per-run numbers beyond x* and the 84 % step saving; '
            'final_x of the constant-K runs should approach the surrogate minimisers '
            'x*(gamma, K) printed by the binary (0.53325 / 0.55703 / 0.57606), not x*.'),

@@ -299,7 +299,7 @@ def test_without_adaptive_alpha_the_client_trains_on_its_first_reshuffle():
 def test_weight_decay_form_adds_the_linear_term_formed_once():
   """The weight-decay form's step in the reference code's order: the constant
   -(g_k + alpha_k theta_{t-1}) formed once per client, then grad + it at each
-  step, clipped, plus (alpha_k + weight_decay) theta (README, Fidelity). Before,
+  step, clipped, plus (alpha_k + weight_decay) theta (docs/papers/paper003.md). Before,
   each step formed (grad - g_k) - alpha_k theta_{t-1}, which rounds differently."""
   import tensorflow as tf
   rng = np.random.default_rng(0)

@@ -117,7 +117,7 @@ def test_scaffold_follows_the_update_equations(report):
 def test_local_step_adds_c_minus_c_i_formed_once():
   """The step's correction in paper 003's code's order: c - c_i formed once
   per client, then g + (c - c_i) at each step (the paper's g - c_i + c rounds
-  differently for some values; README, Fidelity)."""
+  differently for some values; docs/papers/paper003.md)."""
   import tensorflow as tf
   rng = np.random.default_rng(0)
   g, c_i, c = (rng.normal(size=1000).astype(np.float32) for _ in range(3))

@@ -544,7 +544,7 @@ def test_paper001_cifar10_tuned_sgd_runs_the_step_schedule():
 
 
 def test_paper001_cifar10_commands_are_the_papers_three_lines():
-  """Every setting of Fig. 2's CIFAR-10 runs (README, Fidelity: paper 001): tuned
+  """Every setting of Fig. 2's CIFAR-10 runs (docs/papers/paper001.md): tuned
   SGD, SGD on the other schedule, and Nastya+Adam on that schedule; LeNet-5,
   B = 1024, one node, one RR epoch a round, 250 epochs, Adam 0.01 (PyTorch's
   constants), a constant 0.2 standing in for the lost decreasing schedule."""

@@ -425,7 +425,7 @@ def test_table6_bad_flag_is_one_line_and_status_2(tmp_path):
 @pytest.mark.slow
 @pytest.mark.timeout(7200)
 def test_table6_full_scale(tmp_path):
-  # 17 min wall on 2 cores (README), more than the default suite can spend on one test.
+  # 17 min wall on 2 cores (docs/performance.md), more than the default suite can spend on one test.
   out = _run_binary(tmp_path, '--scale=full', timeout=7000)
   assert out['dropped_clients'] == 0
   for setting in ('homogeneous', 'type1', 'type2', 'type3'):

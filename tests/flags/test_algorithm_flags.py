@@ -180,7 +180,7 @@ def test_the_local_update_flags_are_accepted_where_they_are_read():
 def test_grids_drop_uniform_weighting_for_the_equal_weighted_algorithms():
   """The trainer refuses --uniform_weighting for FedDyn/SCAFFOLD (their means
   are equal-weighted already); a grid's FedAvg beside them takes it (fedgbo
-  sets it for every run, feddyn's README gives it for FedAvg/FedProx), so the
+  sets it for every run, paper 003's page gives it for FedAvg/FedProx), so the
   grid drops it for those two with a note instead of refusing the grid."""
   hp = HParams(uniform_weighting=True)
   assert algorithm_flags.for_algorithm('feddyn', hp).uniform_weighting is False

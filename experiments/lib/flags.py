@@ -238,7 +238,7 @@ def validate(grid: bool = False, args: Optional[TrainerArgs] = None,
     # --client_optimizer is left unset).
     algorithm_flags.check_ranges(_flag_hparams(a))
     hp = hparams(grid, a)
-    algorithm_flags.check_flags(a.algorithm, hp)
+    algorithm_flags.check(a.algorithm, hp)
     for warning in set(algorithm_flags.warnings(a.algorithm, hp)) - _WARNED:
       _WARNED.add(warning)  # once a process: a grid validates each run twice
       print(f'warning: {warning}', file=sys.stderr)

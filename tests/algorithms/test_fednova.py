@@ -82,4 +82,4 @@ def test_the_registry_refuses_flags_fednova_does_not_read(flags, message):
   algorithm_flags.check('fednova', HParams(local_steps=4, server_learning_rate=0.5,
                                     client_lr_decay=0.99))   # flags it reads
   with pytest.raises(ValueError, match=message):
-    algorithm_flags.check_flags('fednova', HParams(**flags))
+    algorithm_flags.check('fednova', HParams(**flags))

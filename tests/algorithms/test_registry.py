@@ -40,7 +40,7 @@ def test_unknown_algorithm_names_are_said_one_way_in_every_binary():
 @pytest.mark.parametrize('name', sorted(registry.ALGORITHMS))
 def test_every_line_names_a_declared_config_and_a_builder(name):
   algorithm = registry.get(name)
-  config_class = algorithm.config_class()
+  config_class = algorithm.config
   assert issubclass(config_class, hparams.Config)
   assert hparams.declarations(config_class), name
   assert set(algorithm.fixed) <= {f for f in hparams.declarations(config_class)} | {
@@ -81,7 +81,7 @@ for name in sorted(registry.ALGORITHMS):
   from_flags = algorithm_flags.config(name, trainer_flags.hparams())
   python_api = registry.get(name).default_config()
   print(name, from_flags == python_api, type(python_api).__name__)
-nastya = registry.get('nastya').config_class()()
+nastya = registry.get('nastya').config()
 flags.FLAGS.unparse_flags()
 flags.FLAGS(['train', '--algorithm=nastya'])
 print('gamma', nastya.client_learning_rate, trainer_flags.hparams().client_learning_rate)

@@ -171,7 +171,7 @@ def test_a_zero_server_learning_rate_is_a_warning_but_as_an_adaptive_start():
 def test_the_local_update_flags_are_accepted_where_they_are_read():
   """--theta and the plateau flags pass every check where they are read (the
   refusals elsewhere: `test_bad_algorithm_flags_are_answered_without_tensorflow`)."""
-  algorithm_flags.check_flags('local_update', HParams(theta='1,0,0.5'))
+  algorithm_flags.check('local_update', HParams(theta='1,0,0.5'))
   algorithm_flags.check('local_update_decay', HParams(theta='fomaml', decay_patience=5,
                                                 decay_reference_semantics=True))
   algorithm_flags.check('kmaml', HParams(decay_reference_semantics=True))
@@ -186,9 +186,9 @@ def test_grids_drop_uniform_weighting_for_the_equal_weighted_algorithms():
   assert algorithm_flags.for_algorithm('feddyn', hp).uniform_weighting is False
   assert algorithm_flags.for_algorithm('scaffold', hp).uniform_weighting is False
   assert algorithm_flags.for_algorithm('fedavg', hp).uniform_weighting is True
-  algorithm_flags.check_flags('scaffold', algorithm_flags.for_algorithm('scaffold', hp))  # not refused
+  algorithm_flags.check('scaffold', algorithm_flags.for_algorithm('scaffold', hp))  # not refused
   with pytest.raises(ValueError, match='scaffold does not use --uniform_weighting'):
-    algorithm_flags.check_flags('scaffold', hp)
+    algorithm_flags.check('scaffold', hp)
   assert algorithm_flags.ignored_flags(['fedavg', 'feddyn', 'scaffold'], hp) == {
       'uniform_weighting': ['feddyn', 'scaffold']}
 

@@ -24,9 +24,6 @@ class Algorithm:
     """The algorithm's package."""
     return self.config.__module__.rpartition('.')[0]
 
-  def config_class(self) -> type:
-    return self.config
-
   def default_config(self, **changes):
     """The Python API's config of this algorithm: its defaults (and `changes`)."""
     return self.config(**{**self.fixed, **changes})

@@ -15,7 +15,8 @@ import dataclasses
 from typing import Optional
 
 from tff_algos.core import optimizers
-from tff_algos.core.hparams import (DECAY, Config, at_least, above, hparam, refuse)
+from tff_algos.core.hparams import (DECAY, Config, at_least, above, field_flags, hparam,
+                                    refuse)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -41,8 +42,7 @@ def optimizer_spec(config, side: str, check_unused: bool = True) -> optimizers.O
   """The `side` ('client' or 'server') optimiser of `config`'s fields, refused
   (`ConfigError` naming the fields) where a hyperparameter is out of its range
   or one its optimiser lacks is set (--server_momentum with sgd was dropped)."""
-  names = ('momentum', 'beta_1', 'beta_2', 'epsilon', 'initial_accumulator')
-  values = {n: getattr(config, f'{side}_{n}', None) for n in names}
+  values = {n: getattr(config, f'{side}_{n}', None) for n in optimizers.HYPERPARAMETERS}
   name = getattr(config, f'{side}_optimizer')
   try:
     spec = optimizers.OptimizerSpec(name, getattr(config, f'{side}_learning_rate'), **values)
@@ -67,7 +67,7 @@ def optimizer_fields(side: str, spec: optimizers.OptimizerSpec) -> dict:
   """The `side`_* fields that say the optimiser `spec` (`optimizer_spec`'s inverse):
   `FedOptConfig(**optimizer_fields('server', OptimizerSpec('adam', 0.01)))`."""
   fields = {f'{side}_optimizer': spec.name, f'{side}_learning_rate': spec.learning_rate}
-  for name in ('momentum', 'beta_1', 'beta_2', 'epsilon', 'initial_accumulator'):
+  for name in optimizers.HYPERPARAMETERS:
     if getattr(spec, name) is not None:
       fields[f'{side}_{name}'] = getattr(spec, name)
   return fields
@@ -207,12 +207,16 @@ class DeviceAverage(Config):
                                               'paper 003 does (one more upload).')
 
 
+def own_flags(group: type, base: type) -> tuple[str, ...]:
+  """The flags that `group` declares beyond those of its `base`."""
+  inherited = field_flags(base).values()
+  return tuple(f for f in field_flags(group).values() if f not in inherited)
+
+
 # The reasons the binaries give where an algorithm has no field for a group's
 # flags (`Config.WHY_NOT`), for the algorithms that say them alike.
-CLIENT_OPTIMIZER_FLAGS = ('client_optimizer', 'client_momentum', 'client_beta_1',
-                          'client_beta_2', 'client_epsilon')
-SERVER_OPTIMIZER_FLAGS = ('server_optimizer', 'server_momentum', 'server_beta_1',
-                          'server_beta_2', 'server_epsilon', 'server_initial_accumulator')
+CLIENT_OPTIMIZER_FLAGS = own_flags(ClientOptimizer, ClientSGD)
+SERVER_OPTIMIZER_FLAGS = own_flags(ServerOptimizer, ServerRate)
 
 
 def why_not(reasons: dict[tuple[str, ...], str]) -> dict[str, str]:

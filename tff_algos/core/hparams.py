@@ -164,6 +164,11 @@ def refuse(template: str, **values) -> ConfigError:
   return ConfigError(template, values)
 
 
+def out_of_range(field: str, rule, value) -> ConfigError:
+  """'{field} must be <rule>, got <value>': a value outside its declared range."""
+  return refuse('{%s} must be %s, got {value}' % (field, rule), value=value)
+
+
 @dataclasses.dataclass(frozen=True)
 class Declared:
   """One declared field of a config class."""
@@ -224,7 +229,7 @@ def _check_value(declared: Declared, value) -> None:
   # Numbers (also `lanes.Lanes`, one per lane: a rule holds where it holds in every lane).
   if h.valid is not None and not isinstance(value, (str, bytes, tuple, list)) and (
       value not in h.valid):
-    raise refuse('{%s} must be %s, got {value}' % (declared.field, h.valid), value=value)
+    raise out_of_range(declared.field, h.valid, value)
 
 
 @functools.lru_cache(maxsize=None)

@@ -22,6 +22,8 @@ if TYPE_CHECKING:  # imported where used: flag validation must not load TensorFl
   import tensorflow_federated as tff
 
 NAMES = ('sgd', 'sgdm', 'adam', 'yogi', 'adagrad', 'adagrad_tff', 'rmsprop')
+# Every optimiser's hyperparameters besides the learning rate (`OptimizerSpec`'s fields).
+HYPERPARAMETERS = ('momentum', 'beta_1', 'beta_2', 'epsilon', 'initial_accumulator')
 
 _DEFAULTS = {
     'sgd': {},
@@ -82,7 +84,7 @@ class OptimizerSpec:
   def unused(self) -> list[str]:
     """The hyperparameters set here that this optimiser does not have (e.g.
     a momentum for plain sgd): they would be dropped without a word."""
-    return [f for f in ('momentum', 'beta_1', 'beta_2', 'epsilon', 'initial_accumulator')
+    return [f for f in HYPERPARAMETERS
             if getattr(self, f) is not None and f not in _DEFAULTS[self.name]]
 
   def get(self, field: str):

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any, Iterable, Optional
+from typing import Any, Iterable
 
 from tff_algos.algorithms import groups
 from tff_algos.algorithms import registry
@@ -36,7 +36,7 @@ def reads(name: str) -> frozenset[str]:
   """The flags algorithm `name` reads: its config's fields, but those its
   registry line fixes."""
   algorithm = registry.get(name)
-  return frozenset(d.flag for d in hparams.declarations(algorithm.config_class()).values()
+  return frozenset(d.flag for d in hparams.declarations(algorithm.config).values()
                    if d.field not in algorithm.fixed)
 
 
@@ -51,7 +51,7 @@ def _algorithm_defaults(spec: declared.FlagSpec) -> str:
   for name, algorithm in registry.ALGORITHMS.items():
     if spec.name not in reads(name):
       continue
-    field = {d.flag: d for d in hparams.declarations(algorithm.config_class()).values()}
+    field = {d.flag: d for d in hparams.declarations(algorithm.config).values()}
     value = declared.to_flag(spec, field[spec.name].default)
     if value != spec.default:
       by_value.setdefault(repr(value) if isinstance(value, str) else str(value), []).append(name)
@@ -83,7 +83,7 @@ def _is_set(hp, flag: str) -> bool:
 
 def _said(error: ConfigError, name: str) -> str:
   return declared.said(error, hparams.field_flags(error.config or
-                                                  registry.get(name).config_class()),
+                                                  registry.get(name).config),
                        algorithm=name)
 
 
@@ -97,7 +97,7 @@ def check_ranges(hp) -> None:
     try:
       declared.to_field(spec, value)
       if spec.valid is not None and spec.kind in (int, float) and value not in spec.valid:
-        raise hparams.refuse('{%s} must be %s, got {value}' % (flag, spec.valid), value=value)
+        raise hparams.out_of_range(flag, spec.valid, value)
     except ConfigError as e:
       raise ValueError(declared.said(e, {})) from None
 
@@ -108,7 +108,7 @@ def refuse_unread(name: str, hp) -> None:
   unread = [f for f in SPECS if f not in reads(name) and _is_set(hp, f)]
   if not unread:
     return
-  cls = registry.get(name).config_class()
+  cls = registry.get(name).config
   plain = [f for f in unread if f not in cls.WHY_NOT]
   if plain:
     raise ValueError(f'--{plain[0]} is not used by {name} (only by '
@@ -133,7 +133,7 @@ def _field_values(name: str, hp, unset: Iterable[str]) -> dict[str, Any]:
   that is given)."""
   algorithm, unset = registry.get(name), frozenset(unset)
   values = {}
-  for d in hparams.declarations(algorithm.config_class()).values():
+  for d in hparams.declarations(algorithm.config).values():
     if d.field in algorithm.fixed:
       continue
     if d.flag in unset:
@@ -151,12 +151,12 @@ def config(name: str, hp=None, unset: Iterable[str] = ()):
   algorithm = registry.get(name)
   try:
     values = _field_values(name, HParams() if hp is None else hp, unset)
-    return algorithm.config_class()(**algorithm.fixed, **values)
+    return algorithm.config(**algorithm.fixed, **values)
   except ConfigError as e:
     raise ValueError(_said(e, name)) from None
 
 
-def check_flags(name: str, hp, unset: Iterable[str] = ()) -> registry.Algorithm:
+def check(name: str, hp, unset: Iterable[str] = ()) -> registry.Algorithm:
   """Every check, without TensorFlow: the name, the ranges, the flags `name`
   does not read, and its config's own (raise ValueError)."""
   algorithm = registry.get(name)
@@ -166,15 +166,13 @@ def check_flags(name: str, hp, unset: Iterable[str] = ()) -> registry.Algorithm:
   return algorithm
 
 
-check = check_flags
-
 
 def with_defaults(name: str, hp, unset: Iterable[str]):
   """`hp` with algorithm `name`'s own defaults for the flags in `unset`."""
   algorithm = registry.get(name)
   unset = frozenset(unset)
   changes = {}
-  for d in hparams.declarations(algorithm.config_class()).values():
+  for d in hparams.declarations(algorithm.config).values():
     if d.flag not in unset or d.field in algorithm.fixed:
       continue
     changes[d.flag] = (None if _yields(name, d, unset)
@@ -227,12 +225,3 @@ def without_unused_optimizer_hparams(hp):
     unset.update({f'{side}_{field}': None for field in spec.unused()})
   return dataclasses.replace(hp, **unset) if unset else hp
 
-
-def default_config(name: str, **changes):
-  """The Python API's default config of `name` (`registry.Algorithm.default_config`)."""
-  return registry.get(name).default_config(**changes)
-
-
-def flag_of(name: str, field: str) -> Optional[str]:
-  """The flag of `field` of algorithm `name`'s config (None: a field without one)."""
-  return hparams.field_flags(registry.get(name).config_class()).get(field)

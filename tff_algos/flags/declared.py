@@ -100,7 +100,7 @@ def to_field(spec: FlagSpec, value):
   if (spec.kind is float and spec.valid is not None and value is not None
       and not math.isfinite(value)):  # (the optimisers' own ranges say theirs)
     rule = dataclasses.replace(spec.valid, finite=True)
-    raise hparams.refuse('{%s} must be %s, got {value}' % (spec.name, rule), value=value)
+    raise hparams.out_of_range(spec.name, rule, value)
   return value
 
 

@@ -11,6 +11,7 @@ not what this prints. No TensorFlow is imported.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -57,6 +58,7 @@ def binaries() -> list[tuple[str, str]]:
   return found
 
 
+@functools.lru_cache(maxsize=None)  # the reference and the flag check read the same dumps
 def _dump(module: str) -> dict:
   env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL='2')
   res = subprocess.run([sys.executable, '-c', _DUMP, module], cwd=ROOT, capture_output=True,

@@ -23,22 +23,15 @@ class RunConfig(Config):
                                       valid=at_least(1))
   output_dir: Optional[str] = None   # None: keep nothing on disk
   progress: bool = hparam(True, 'Show a progress bar.')
-  # How a client's examples are ordered each round: 'rr' a fresh permutation
-  # every round (random reshuffling), 'so' one permutation per client for the
-  # whole run (shuffle-once), 'none' the dataset's own order.
   shuffle: str = hparam('rr', "Client example order: 'rr' reshuffled every round, 'so' "
                               "shuffled once per client for the whole run, 'none' as stored.",
                         choices=('rr', 'so', 'none'))
-  # Periodic evaluations use the first N test examples (fixed across rounds;
-  # the final evaluation always uses the whole test set). None: all.
   max_eval_examples: Optional[int] = hparam(
       None, 'Periodic evaluations use this many test examples (a fixed sample; the final '
             'one uses all). google-research uses 10000 for StackOverflow.', valid=at_least(1))
   restart: bool = hparam(False, 'Delete the outputs already in <root_output_dir>/'
                                 '<experiment_name> (checkpoints, metrics, client states) and '
                                 'start the run over at round 0, instead of resuming it.')
-  # Stop (with a UserError) after this many consecutive rounds in which every
-  # client diverged and was dropped (the model cannot move). 0: never stop.
   max_rounds_all_dropped: int = hparam(
       10, 'Stop the run after this many rounds in a row in which every client diverged '
           '(non-finite update) and was dropped; 0: never stop.', valid=at_least(0))

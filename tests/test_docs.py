@@ -139,7 +139,7 @@ _HISTORY = re.compile(r'\b[Ss]ession \d+|\bsession-\d+|\(entry \d+\)|\bwork[- ]l
 
 
 def test_nothing_speaks_of_the_projects_history():
-  """No numbered work-log reference ('session 26') in the product."""
+  """No numbered reference to the project's history in the product."""
   files = PAGES + [p for top in ('tff_algos', 'tasks', 'experiments', 'tests')
                    for p in glob.glob(os.path.join(ROOT, top, '**', '*.py'), recursive=True)]
   found = [f'{os.path.relpath(p, ROOT)}: {m.group(0)}' for p in files

@@ -217,6 +217,8 @@ def own_flags(group: type, base: type) -> tuple[str, ...]:
 # flags (`Config.WHY_NOT`), for the algorithms that say them alike.
 CLIENT_OPTIMIZER_FLAGS = own_flags(ClientOptimizer, ClientSGD)
 SERVER_OPTIMIZER_FLAGS = own_flags(ServerOptimizer, ServerRate)
+# Every flag of the server's step: of an algorithm that has none of its own.
+SERVER_STEP_FLAGS = (*field_flags(ServerOptimizer).values(), *field_flags(ServerDecay).values())
 
 
 def why_not(reasons: dict[tuple[str, ...], str]) -> dict[str, str]:

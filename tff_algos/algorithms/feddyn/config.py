@@ -23,7 +23,7 @@ class FedDynConfig(groups.LocalSchedule, groups.LocalRegularization, groups.Devi
   WHY_NOT = {**groups.PLAIN_SGD_CLIENTS, **groups.why_not({
       ('uniform_weighting',): 'its server rule averages the active clients with equal '
                               'weights, theta = mean theta_k - h/alpha, as paper 003',
-      (*groups.SERVER_OPTIMIZER_FLAGS, 'server_learning_rate', 'server_lr_decay'):
+      groups.SERVER_STEP_FLAGS:
       'feddyn has its own server rule, theta = mean theta_k - h/alpha'})}
 
   def shared_build_key(self) -> 'FedDynConfig':

@@ -23,7 +23,7 @@ class FedExPConfig(groups.LocalSchedule):
                                   flag='fedexp_average_last_two')
   WHY_NOT = groups.why_not({
       groups.CLIENT_OPTIMIZER_FLAGS: 'fedexp clients run plain SGD (Algorithm 1)',
-      (*groups.SERVER_OPTIMIZER_FLAGS, 'server_learning_rate', 'server_lr_decay'):
+      groups.SERVER_STEP_FLAGS:
       'fedexp sets its server step size itself, eta_g = max(1, ...) each round',
       ('uniform_weighting',): 'fedexp averages the clients equally (Algorithm 1)'})
 

@@ -65,5 +65,5 @@ class StatisticsOptimizer(groups.ClientSGD, groups.Weighting):
 
 
 SERVER_AVERAGES = groups.why_not({
-    (*groups.SERVER_OPTIMIZER_FLAGS, 'server_learning_rate', 'server_lr_decay'):
+    groups.SERVER_STEP_FLAGS:
     'the server averages the client models, no server optimizer'})

@@ -25,7 +25,7 @@ class FedRRConfig(groups.ClientSGD, groups.ClientDecay):
       (), 'nastya/fedrr: gamma divided by 10 at each of these rounds (PyTorch MultiStepLR; '
           'paper 001: 150,200).')
   WHY_NOT = {**_ONE_PASS, **groups.why_not({
-      (*groups.SERVER_OPTIMIZER_FLAGS, 'server_learning_rate', 'server_lr_decay'):
+      groups.SERVER_STEP_FLAGS:
       'fedrr has no server step of its own (eta_i = gamma n_i); use --algorithm=nastya for '
       'a server step size or optimizer'})}
 

@@ -260,6 +260,8 @@ def main(argv):
   args = trainer_flags.TrainerArgs.from_flags()
   try:
     trainer_flags.check_dir_name('grid_name', FLAGS.grid_name)  # not outside the root
+    grid_dir = os.path.join(args.root_output_dir, FLAGS.grid_name or f'grid_{args.task}')
+    trainer_flags.check_not_a_file('grid_name', grid_dir)
     axes = parse_grid(FLAGS.grid)
     for g in FLAGS.group_by:
       if g not in dict(axes):
@@ -271,7 +273,6 @@ def main(argv):
   except (ValueError, flags.Error) as e:
     return common.fail(e)
   common.quiet_logs()  # imports TensorFlow: after the checks, so a bad grid is said at once
-  grid_dir = os.path.join(args.root_output_dir, FLAGS.grid_name or f'grid_{args.task}')
   results = run_grid(runs, grid_dir, FLAGS.select_metric, FLAGS.select_last_rounds,
                      FLAGS.jobs)
   _print_and_write(results, [a for a, _ in axes], grid_dir)

@@ -179,12 +179,25 @@ def cohort_too_large(clients_per_round: int, num_clients: int, task: str) -> str
           f'of task {task!r}; set --clients_per_round={num_clients} or less')
 
 
+NAME_MAX = 255  # bytes: the longest file name of Linux's and macOS's file systems
+
+
 def check_dir_name(flag: str, name: Optional[str]) -> None:
   """Refuses (ValueError) a `--flag` that is not one directory name under the
   output root (None: unset): '..' or an absolute path wrote outside it."""
   if name is not None and (not re.fullmatch(r'[\w.\-]+', name) or name in ('.', '..')):
     raise ValueError(f'--{flag} must be one directory name of letters, digits, '
                      f'_ . - (not . or ..), got {name!r}')
+  if name is not None and len(name.encode()) > NAME_MAX:
+    raise ValueError(f'--{flag} is {len(name.encode())} bytes long; a directory name has at '
+                     f'most {NAME_MAX}: choose a shorter one')
+
+
+def check_not_a_file(flag: str, path: str) -> None:
+  """Refuses (ValueError) a run directory `path` (named by `--flag`) that is a file."""
+  if os.path.exists(path) and not os.path.isdir(path):
+    raise ValueError(f'--{flag} names {path}, which is a file, not a run directory: '
+                     'choose another name or move the file')
 
 
 def synthetic_unread(task: str) -> str:
@@ -257,6 +270,7 @@ def validate(grid: bool = False, args: Optional[TrainerArgs] = None,
     config = run_config(None, a)
     runtime_flags.check()
     from experiments.lib import common  # pylint: disable=g-import-not-at-top
+    check_not_a_file('experiment_name', output_dir(a))
     if writable_root:
       common.writable_dir(a.root_output_dir, 'root_output_dir')
   except hparams_lib.ConfigError as e:  # said with its flags

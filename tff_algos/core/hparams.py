@@ -83,6 +83,7 @@ def within(low: float, high: float, *, low_open: bool = False, high_open: bool =
   return Range(low, high, low_open, high_open, note)
 
 
+INT32_MAX = 2**31 - 1  # the largest integer field: TensorFlow counts rounds and steps in int32
 DECAY = within(0, 1, low_open=True, note='(1: no decay)')  # a factor d of d^t
 FRACTION = within(0, 1, high_open=True)                    # a moment's beta
 
@@ -226,6 +227,9 @@ def _check_value(declared: Declared, value) -> None:
   if h.choices is not None and h.enforce_choices and value not in h.choices:
     raise refuse('{%s} must be one of %s, got {value!r}' % (declared.field, ', '.join(h.choices)),
                  value=value)
+  if declared.kind is int and isinstance(value, int) and abs(value) > INT32_MAX:
+    raise refuse('{%s} must be at most %d (a 32-bit integer in TensorFlow), got {value}'
+                 % (declared.field, INT32_MAX), value=value)
   # Numbers (also `lanes.Lanes`, one per lane: a rule holds where it holds in every lane).
   if h.valid is not None and not isinstance(value, (str, bytes, tuple, list)) and (
       value not in h.valid):

@@ -41,8 +41,9 @@ def parse_theta(spec: Union[str, Sequence[float]], k: int) -> np.ndarray:
     except ValueError:
       raise refuse('{theta} must be one of %s or comma-separated numbers, got {value!r}'
                    % ', '.join(PRESETS), value=spec) from None
-  if theta.ndim != 1 or not theta.size or (theta < 0).any() or not (theta > 0).any():
-    raise refuse('Theta ({theta}) needs non-negative weights with one > 0, got {value!r}',
+  if (theta.ndim != 1 or not theta.size or not np.isfinite(theta).all() or (theta < 0).any()
+      or not (theta > 0).any()):
+    raise refuse('Theta ({theta}) needs finite non-negative weights with one > 0, got {value!r}',
                  value=spec)
   return theta[:np.flatnonzero(theta)[-1] + 1]
 

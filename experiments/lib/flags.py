@@ -159,7 +159,7 @@ def experiment_name(args: Optional[TrainerArgs] = None) -> str:
     return a.experiment_name
   hp = hparams(args=a)
   parts = [a.task, a.algorithm, f'c{hp.client_optimizer}{a.client_learning_rate:g}',
-           f's{a.server_optimizer}{a.server_learning_rate:g}',
+           f's{a.server_optimizer}{hp.server_learning_rate:g}',
            f'K{hp.local_steps}' if hp.local_steps else f'E{a.client_epochs_per_round}',
            f'M{a.clients_per_round}', f'seed{a.seed}']
   return '_'.join(parts)
@@ -286,10 +286,12 @@ def output_dir(args: Optional[TrainerArgs] = None) -> str:
 
 
 def flag_values(args: Optional[TrainerArgs] = None) -> dict:
-  """This module's flag values and the backend's, for summary.json."""
+  """This module's flag values and the backend's, for summary.json: the values
+  the run used (the algorithm's own defaults and the fields it fixes)."""
   a = args_of(args)
   values = dict(a.values)
   values.update(algorithm_defaults(a))
+  values.update(algorithm_flags.fixed_flags(a.algorithm))
   values.update(runtime_flags.values())
   return values
 

@@ -180,6 +180,16 @@ def with_defaults(name: str, hp, unset: Iterable[str]):
   return dataclasses.replace(hp, **changes)
 
 
+def fixed_flags(name: str) -> dict[str, Any]:
+  """The flags of the fields that algorithm `name`'s registry line fixes, at
+  the values it runs with (kmaml's --theta: 'kmaml'); `name` does not read
+  them, so their flag values say nothing of its run."""
+  algorithm = registry.get(name)
+  flag_of = hparams.field_flags(algorithm.config)
+  return {flag_of[f]: declared.to_flag(SPECS[flag_of[f]], v)
+          for f, v in algorithm.fixed.items() if f in flag_of}
+
+
 def build(name: str, model_fn, hp=None, unset: Iterable[str] = ()):
   """`registry.build` of the config from the flag values `hp` (TensorFlow)."""
   return registry.build(name, model_fn, config(name, hp, unset))

@@ -115,8 +115,12 @@ def plot_training(rows: Sequence[dict], path: str, title: Optional[str] = None) 
     # is drawn with boxes; matplotlib warned once per glyph and drawing.
     warnings.filterwarnings('ignore', message=r'Glyph \d+ .*missing from', category=UserWarning)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-  plt.close(fig)
+    from tff_algos.training import disk  # pylint: disable=g-import-not-at-top
+    try:
+      with disk.writing(path):
+        fig.savefig(path, dpi=110)
+    finally:
+      plt.close(fig)
   return path
 
 
@@ -198,7 +202,7 @@ def print_run_results(out_dir: str, final_eval: Optional[dict]) -> None:
   the totals), a note replaces the table and the figure. `final_eval` None: the
   run has not finished (no summary.json)."""
   path = os.path.join(out_dir, 'metrics.csv')
-  rows = read_metrics(path) if os.path.exists(path) else []
+  rows = read_checked_metrics(out_dir) if os.path.exists(path) else []
   if rows:
     print(training_table(rows))
     figure = plot_training(rows, os.path.join(out_dir, 'curves.png'),
@@ -219,6 +223,40 @@ def print_run_results(out_dir: str, final_eval: Optional[dict]) -> None:
 
 
 
+def read_checked_metrics(out_dir: str) -> list[dict]:
+  """metrics.csv's rows (a garbage line refused, naming file and line, as the
+  trainer refuses it), the rows up to the run's newest checkpoint checked
+  against what its checkpoints.json entry vouches for."""
+  from tff_algos.training import run_dir  # pylint: disable=g-import-not-at-top
+  path = os.path.join(out_dir, 'metrics.csv')
+  _, rows = run_dir.read_metrics_csv(path)
+  manifest = run_dir.Manifest(out_dir)  # an unreadable one refused
+  if manifest.entries:
+    last = max(manifest.entries)
+    run_dir.check_rows(path, [r for r in rows if float(r['round']) <= last], last,
+                       manifest.entries[last], rebuild=False)
+  return [{k: float(v) for k, v in row.items() if v != ''} for row in rows]
+
+
+def read_final_eval(path: str) -> dict:
+  """summary.json's final evaluation; `UserError` for a file that is not the
+  trainer's (damaged), which the run's command rebuilds."""
+  import json  # pylint: disable=g-import-not-at-top
+  from tff_algos.errors import UserError  # pylint: disable=g-import-not-at-top
+  try:
+    with open(path, 'rb') as f:
+      summary = json.loads(f.read().decode())
+    final = summary.get('final_eval') or {}
+    if not isinstance(final, dict) or not all(
+        isinstance(v, (int, float)) for v in final.values()):
+      raise ValueError('final_eval is not a table of numbers')
+  except (OSError, ValueError, AttributeError) as e:
+    raise UserError(f'{path} is unreadable ({type(e).__name__}); rerun the run\'s '
+                    'experiments.train command to rebuild it (it is rebuilt exactly '
+                    'from the checkpoint)') from None
+  return final
+
+
 def print_runs(run_dirs: Sequence[str]) -> None:
   """Each run's table of evaluations and final evaluation printed again and its
   curves.png redrawn, without TensorFlow (a stopped run's too)."""
@@ -237,9 +275,7 @@ def print_runs(run_dirs: Sequence[str]) -> None:
     summary_path = os.path.join(d, 'summary.json')
     final_eval = None
     if os.path.exists(summary_path):
-      import json  # pylint: disable=g-import-not-at-top
-      with open(summary_path) as f:
-        final_eval = json.load(f).get('final_eval') or {}
+      final_eval = read_final_eval(summary_path)
     print_run_results(d, final_eval)
 
 

@@ -287,7 +287,7 @@ def test_every_file_of_a_checkpoint_is_vouched_for(runs, algorithms, task, tmp_p
                                                    capsys):
   ckpt = runs['fedavg'][2] / 'checkpoints' / 'round_4'
   files = sorted(str(p.relative_to(ckpt)) for p in ckpt.rglob('*') if p.is_file())
-  assert files == [run_outputs.STATE_FILE]
+  assert files == [run_outputs.RUN_FILE, run_outputs.STATE_FILE]
   for i, name in enumerate(files):
     out = damaged_copy(runs, 'fedavg', tmp_path / str(i))
     _flip_byte(out / 'checkpoints' / 'round_4' / name, 0)

@@ -49,6 +49,7 @@ import tensorflow as tf
 
 from tff_algos.errors import UserError
 from tff_algos.training import crash_points
+from tff_algos.training import disk
 
 _ROWS = 'rows.f32'
 _HEADER = struct.Struct('<q')   # undo-log entry: row index, then the row bytes
@@ -176,24 +177,34 @@ class ClientStateStore:
     fresh = [i for i in idx if i not in self._touched]
     logged = [i for i in fresh if self.initialized[i]]
     if logged:
-      for i in logged:
-        old = os.pread(self._fd, self.row_bytes, i * self.row_bytes)
-        if len(old) != self.row_bytes:
-          raise IOError(f'short read of client row {i}')
-        self._log.write(_HEADER.pack(i) + old)
-      self._log.flush()
-      os.fsync(self._log.fileno())
+      with disk.writing(self._log.name):  # a torn last entry is ignored by `restore`
+        for i in logged:
+          old = os.pread(self._fd, self.row_bytes, i * self.row_bytes)
+          if len(old) != self.row_bytes:
+            raise IOError(f'short read of client row {i}')
+          self._log.write(_HEADER.pack(i) + old)
+        self._log.flush()
+        os.fsync(self._log.fileno())
     crash_points.reached('store_scatter_logged')
     self._touched.update(fresh)
     for n, (i, row) in enumerate(zip(idx, rows)):
       data = row.tobytes()
-      written = os.pwrite(self._fd, data, i * self.row_bytes)
-      if written != self.row_bytes:
-        raise IOError(f'short write of client row {i}')
+      self._write_row(i, data)
       self.initialized[i] = True
       self.sums[i] = zlib.crc32(data)
       if n == 0:
         crash_points.reached('store_scatter_rows')
+
+  def _write_row(self, i: int, data: bytes) -> None:
+    """Writes row `i` whole: a short write (a disk filling up) is continued,
+    so a full disk raises `disk.NoSpace`."""
+    with disk.writing(self._path):
+      done = 0
+      while done < len(data):
+        written = os.pwrite(self._fd, data[done:], i * self.row_bytes + done)
+        if written <= 0:
+          raise IOError(f'short write of client row {i}')
+        done += written
 
   # -- checkpoints ----------------------------------------------------------
   def _checkpoints(self) -> list[int]:
@@ -259,7 +270,8 @@ class ClientStateStore:
   def checkpoint(self, round_num: int) -> int:
     """Makes the current rows the store's state at `round_num` (durably);
     returns its `fingerprint()`."""
-    os.fsync(self._fd)
+    with disk.writing(self._path):
+      os.fsync(self._fd)
     _save_durably(self._sums_path(round_num), self.sums)
     crash_points.reached('store_checkpoint')
     _save_durably(self._mask_path(round_num), self.initialized)
@@ -305,8 +317,9 @@ class ClientStateStore:
       self._log.close()
       self._log = None
     for i, row in self._undo_entries(round_num, rounds):  # all checked before any write
-      os.pwrite(self._fd, row, i * self.row_bytes)
-    os.fsync(self._fd)
+      self._write_row(i, row)
+    with disk.writing(self._path):
+      os.fsync(self._fd)
     self.initialized = self._load(self._mask_path(round_num), bool)
     sums = self._checkpoint_sums(round_num)
     self.sums = sums if sums is not None else self._row_sums()
@@ -368,9 +381,7 @@ def _fingerprint(initialized: np.ndarray, sums: np.ndarray) -> int:
 
 def _save_durably(path: str, array: np.ndarray) -> None:
   """np.save, synced, replacing `path` atomically."""
-  tmp = path + '.tmp'
-  with open(tmp, 'wb') as f:
-    np.save(f, array)
-    f.flush()
-    os.fsync(f.fileno())
-  os.replace(tmp, path)
+  def write(tmp):
+    with open(tmp, 'wb') as f:
+      np.save(f, array)
+  disk.write_atomically(path, write)

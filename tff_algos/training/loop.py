@@ -17,11 +17,12 @@ resume needs.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import sys
 import time
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import numpy as np
 import tensorflow_federated as tff
@@ -33,6 +34,7 @@ from tff_algos.core import stateful_process
 from tff_algos.core.algorithm import FederatedAlgorithm
 from tff_algos.errors import UserError
 from tff_algos.training import chain
+from tff_algos.training import disk
 from tff_algos.training import outputs as run_outputs
 from tff_algos.training import run_dir
 from tff_algos.training import sampling
@@ -89,6 +91,16 @@ def run_training(algorithm: FederatedAlgorithm, task: Task, config: RunConfig,
                          initial_weights, identity)
 
 
+@contextlib.contextmanager
+def _resume_round_said(outputs: run_outputs.RunOutputs) -> Iterator[None]:
+  """Inside: a full disk (`disk.NoSpace`) is said with the round that a rerun
+  resumes from (`outputs`' last complete checkpoint)."""
+  try:
+    yield
+  except disk.NoSpace as e:
+    raise e.resuming_from(outputs.checkpointed) from None
+
+
 def _run_training(algorithm: FederatedAlgorithm, task: Task, config: RunConfig,
                   extra_summary: Optional[dict[str, Any]] = None,
                   round_callback: Optional[RoundCallback] = None,
@@ -112,35 +124,37 @@ def _run_training(algorithm: FederatedAlgorithm, task: Task, config: RunConfig,
   evaluate = cached_evaluator(task, config.max_eval_examples)
   outputs = run_outputs.RunOutputs(config.output_dir,
                                    _identity(algorithm, task, config, identity))
-  # fwd+bwd FLOPs of the model; measured before the seeded init.
-  model_cost = accounting.model_cost(task.model_fn)
-  state, initial_client_state = _initial_state(algorithm, task, config, initial_weights)
-  try:  # a refused directory closes what was opened (the loop closes it later)
-    state, start_round = outputs.resume(state, config.total_rounds)
-    # Stateful clients (FedDyn, SCAFFOLD): their states live in a disk-backed
-    # store, rolled back to the checkpoint's round on resume.
-    if algorithm.stateful_clients:
-      outputs.open_store(initial_client_state, task.client_ids, start_round)
-    outputs.open_rows(start_round)  # after the last refusal: rows past the checkpoint go
-    one_round = _RoundStep(algorithm, task, config, model_cost, outputs)
-    loop = _RoundLoop(one_round, evaluate, outputs, config, round_callback)
-  except BaseException:
-    outputs.close()
-    raise
-  state = loop.run(state, start_round)
-  weights = algorithm.process.get_model_weights(state)
-  if not loop.last_eval and task.test_data is not None:
-    loop.last_eval = evaluate(weights, full=True)
-  summary = _summary(algorithm, task, config, model_cost, start_round, loop.wall_s,
-                     len(loop.history), loop.last_eval)
-  summary['totals'] = outputs.totals  # the whole run, resumed parts included
-  last_row = outputs.final_row()
-  if last_row:
-    summary['final_train'] = run_dir.finite_scalars(last_row)
-  summary.update(extra_summary or {})
-  outputs.write_summary(summary, weights)
-  return RunResult(state=state, model_weights=weights, history=loop.history,
-                   final_eval=loop.last_eval, resumed_from=start_round, summary=summary)
+  with _resume_round_said(outputs):
+    # fwd+bwd FLOPs of the model; measured before the seeded init.
+    model_cost = accounting.model_cost(task.model_fn)
+    state, initial_client_state = _initial_state(algorithm, task, config, initial_weights)
+    try:  # a refused directory closes what was opened (the loop closes it later)
+      state, start_round = outputs.resume(state, config.total_rounds)
+      # Stateful clients (FedDyn, SCAFFOLD): their states live in a disk-backed
+      # store, rolled back to the checkpoint's round on resume.
+      if algorithm.stateful_clients:
+        outputs.open_store(initial_client_state, task.client_ids, start_round)
+      outputs.open_rows(start_round)  # after the last refusal: rows past the checkpoint go
+      one_round = _RoundStep(algorithm, task, config, model_cost, outputs)
+      loop = _RoundLoop(one_round, evaluate, outputs, config, round_callback)
+    except BaseException:
+      with contextlib.suppress(Exception):  # the refusal is what to say
+        outputs.close()
+      raise
+    state = loop.run(state, start_round)
+    weights = algorithm.process.get_model_weights(state)
+    if not loop.last_eval and task.test_data is not None:
+      loop.last_eval = evaluate(weights, full=True)
+    summary = _summary(algorithm, task, config, model_cost, start_round, loop.wall_s,
+                       len(loop.history), loop.last_eval)
+    summary['totals'] = outputs.totals  # the whole run, resumed parts included
+    last_row = outputs.final_row()
+    if last_row:
+      summary['final_train'] = run_dir.finite_scalars(last_row)
+    summary.update(extra_summary or {})
+    outputs.write_summary(summary, weights)
+    return RunResult(state=state, model_weights=weights, history=loop.history,
+                     final_eval=loop.last_eval, resumed_from=start_round, summary=summary)
 
 
 def _initial_state(algorithm: FederatedAlgorithm, task: Task, config: RunConfig,
@@ -301,10 +315,13 @@ class _RoundLoop:
     except KeyboardInterrupt as e:
       resume = ('' if checkpointed == finished
                 else f' (from its checkpoint of round {checkpointed})')
+      self._close(quietly=True)
       raise Stopped(f'stopped after round {finished}; rerun the same command to resume'
                     f'{resume}') from e
-    finally:
-      self._close()
+    except BaseException:
+      self._close(quietly=True)  # the run's own error is the one to say
+      raise
+    self._close()
     self.wall_s = time.perf_counter() - t_start
     return state
 
@@ -339,14 +356,19 @@ class _RoundLoop:
       post.update({k: v for k, v in list(self.last_eval.items())[:2]})
     self.bar.set_postfix({k: f'{v:.4g}' for k, v in post.items() if v is not None})
 
-  def _close(self) -> None:
+  def _close(self, quietly: bool = False) -> None:
+    """Closes the bar and the outputs; `quietly`: a failure to close (the
+    disk still full) is dropped, as the run is already ending with an error."""
     try:
       if self.bar is not None:
         self.bar.close()
     except (OSError, ValueError):  # its stream is a closed pipe (`2>&1 | head`)
       pass
-    finally:
+    try:
       self.outputs.close()
+    except Exception:  # pylint: disable=broad-except
+      if not quietly:
+        raise
 
 
 def _summary(algorithm: FederatedAlgorithm, task: Task, config: RunConfig,

@@ -23,31 +23,29 @@ from __future__ import annotations
 
 import asyncio
 import csv
-import glob
-import itertools
+import io
 import json
 import os
 import random
 import shutil
-import socket
 import tempfile
 import time
 from typing import Any, Callable, Optional
 
 import numpy as np
-from tensorboard.plugins.scalar import metadata as scalar_metadata
 import tensorflow as tf
-from tensorflow.core.framework import summary_pb2
-from tensorflow.core.framework import tensor_pb2
-from tensorflow.core.framework import types_pb2
-from tensorflow.core.util import event_pb2
 import tensorflow_federated as tff
 
 from tff_algos.core import accounting
 from tff_algos.errors import UserError
 from tff_algos.training import client_state
 from tff_algos.training import crash_points
+from tff_algos.training import disk
 from tff_algos.training import run_dir
+from tff_algos.training import tensorboard_events
+from tff_algos.training.tensorboard_events import ScalarEvents  # pylint: disable=unused-import
+
+_read_events = tensorboard_events.read_events  # experiments.benchmark reads events with it
 
 # Recorded rows reach metrics.csv and TensorBoard at least this often (and at
 # every checkpoint); writing them in batches keeps the writes off every round.
@@ -55,9 +53,13 @@ FLUSH_SECONDS = 5.0
 
 
 class MetricsCSV:
-  """Append-only per-round CSV keyed by 'round', truncated once on resume."""
+  """Append-only per-round CSV keyed by 'round', truncated once on resume.
 
-  def __init__(self, path: str, resume_round: int, read: Optional[tuple] = None):
+  `rows_crc` is `run_dir.rows_digest` of every row written, continued from
+  the one given (a checkpoint's, whose rows metrics.csv may have lost)."""
+
+  def __init__(self, path: str, resume_round: int, read: Optional[tuple] = None,
+               rows_crc: Optional[int] = None):
     """`read`: `run_dir.read_metrics_csv(path)`'s result if the caller has it."""
     self.path = path
     self.fields: list[str] = []
@@ -67,15 +69,16 @@ class MetricsCSV:
       self.fields, all_rows = read if read is not None else run_dir.read_metrics_csv(path)
       rows = [r for r in all_rows if float(r['round']) <= resume_round]
       self._rewrite(rows)  # also mends a last line cut short by a crash
+    self.rows_crc = run_dir.rows_digest(rows) if rows_crc is None else rows_crc
     self.kept_rows = [{k: _parse_cell(v) for k, v in r.items() if v != ''} for r in rows]
 
   def _rewrite(self, rows):
-    tmp = self.path + '.tmp'
-    with open(tmp, 'w', newline='') as f:
-      writer = csv.DictWriter(f, fieldnames=self.fields)
-      writer.writeheader()
-      writer.writerows(rows)
-    os.replace(tmp, self.path)
+    def write(tmp):
+      with open(tmp, 'w', newline='') as f:
+        writer = csv.DictWriter(f, fieldnames=self.fields)
+        writer.writeheader()
+        writer.writerows(rows)
+    disk.write_atomically(self.path, write, sync=False)
 
   def append(self, row: dict[str, Any]):
     self.append_rows([row])
@@ -90,8 +93,15 @@ class MetricsCSV:
           written = list(csv.DictReader(f))
       self.fields += new
       self._rewrite(written)
-    with open(self.path, 'a', newline='') as f:
-      csv.DictWriter(f, fieldnames=self.fields).writerows(rows)
+    text = io.StringIO(newline='')
+    csv.DictWriter(text, fieldnames=self.fields).writerows(rows)
+    text = text.getvalue()
+    with disk.writing(self.path):
+      with open(self.path, 'a', newline='') as f:
+        f.write(text)
+    # The digest of the cells as written (and as a resume reads them back).
+    cells = [dict(zip(self.fields, line)) for line in csv.reader(io.StringIO(text))]
+    self.rows_crc = run_dir.rows_digest(cells, self.rows_crc)
 
 
 def _parse_cell(value: str):
@@ -101,95 +111,11 @@ def _parse_cell(value: str):
     return value
 
 
-class ScalarEvents:
-  """Metrics rows as TensorBoard scalars: one event file per writer.
-
-  Each value is what `tf.summary.scalar` writes (a float32 scalar tensor
-  tagged for the scalars plugin), but a row is one event built as protos and
-  appended by a `tf.io.TFRecordWriter` (an event file is a TFRecord file):
-  ~0.05 ms a row instead of ~13 eager summary ops (~6 ms a row through
-  `tff.program.TensorBoardReleaseManager`).
-  """
-
-  _METADATA = summary_pb2.SummaryMetadata.FromString(  # tensorboard's proto -> TF's
-      scalar_metadata.create_summary_metadata('', '').SerializeToString())
-  _files = itertools.count()
-
-  def __init__(self, directory: str):
-    os.makedirs(directory, exist_ok=True)
-    name = (f'events.out.tfevents.{int(time.time())}.{socket.gethostname()}.'
-            f'{os.getpid()}.{next(self._files)}.v2')
-    self._writer = tf.io.TFRecordWriter(os.path.join(directory, name))
-    self._writer.write(event_pb2.Event(wall_time=time.time(),
-                                       file_version='brain.Event:2').SerializeToString())
-
-  def write(self, rows: list[dict[str, Any]], wall_times: list[float]) -> None:
-    """Appends `rows` (step: their 'round') and flushes them to the file."""
-    for row, wall_time in zip(rows, wall_times):
-      values = [summary_pb2.Summary.Value(
-          tag=tag, metadata=self._METADATA,
-          tensor=tensor_pb2.TensorProto(dtype=types_pb2.DT_FLOAT, float_val=[value]))
-                for tag, value in row.items() if tag != 'round']
-      event = event_pb2.Event(wall_time=wall_time, step=int(row['round']),
-                              summary=summary_pb2.Summary(value=values))
-      self._writer.write(event.SerializeToString())
-    self._writer.flush()
-
-  def write_events(self, events: list[event_pb2.Event]) -> None:
-    for event in events:
-      self._writer.write(event.SerializeToString())
-    self._writer.flush()
-
-  def close(self) -> None:
-    self._writer.close()
-
-
-def _tensorboard(tb_dir: str, start_round: int) -> ScalarEvents:
-  """The run's TensorBoard log up to round `start_round`, each value once.
-
-  A resumed run repeats the rounds after its checkpoint; their first values
-  may already be in the event files (rows are written before the checkpoint
-  that follows them), and TensorBoard would show both. When the files hold a
-  step past `start_round`, or a (step, tag) twice, they are rewritten with
-  only each (step, tag)'s first value up to `start_round`, wall times kept
-  (the new file first, then the old ones removed: a crash in between leaves
-  duplicates that the next resume drops). metrics.csv is not needed for this.
-  """
-  paths = sorted(glob.glob(os.path.join(tb_dir, 'events.out.tfevents.*')))
-  kept, seen, rewrite = [], set(), False
-  for path in paths:
-    for event in _read_events(path):
-      if not event.HasField('summary'):
-        continue
-      values = [v for v in event.summary.value if (event.step, v.tag) not in seen]
-      if event.step > start_round or len(values) < len(event.summary.value):
-        rewrite = True
-      if event.step > start_round or not values:
-        continue
-      seen.update((event.step, v.tag) for v in values)
-      del event.summary.value[:]
-      event.summary.value.extend(values)
-      kept.append(event)
-  events = ScalarEvents(tb_dir)
-  if rewrite:
-    events.write_events(kept)
-    for path in paths:
-      os.remove(path)
-  return events
-
-
-def _read_events(path: str) -> list[event_pb2.Event]:
-  """The events of one file; a last record cut short by a crash is dropped."""
-  events = []
-  try:
-    for record in tf.data.TFRecordDataset(path):
-      events.append(event_pb2.Event.FromString(record.numpy()))
-  except tf.errors.DataLossError:
-    pass
-  return events
-
-
 STATE_FILE = 'state.npz'
+# A checkpoint's own copy of its manifest entry (running totals, the store's
+# fingerprint, metrics.csv's digest), so a resume keeps the totals also
+# without checkpoints.json.
+RUN_FILE = 'run.json'
 
 
 class StateManager(tff.program.FileProgramStateManager):
@@ -199,22 +125,52 @@ class StateManager(tff.program.FileProgramStateManager):
   where TFF's SavedModel (a `tf.Module` of variables, traced and serialised)
   took ~100 ms. A state with a leaf numpy cannot store without pickling, and
   a checkpoint written as a SavedModel by earlier versions, use TFF's format.
+  `entry` (`run_dir.sealed`) goes to `RUN_FILE` with the state.
   """
 
-  async def save(self, program_state, version: int) -> None:
+  async def save(self, program_state, version: int,
+                 entry: Optional[dict[str, Any]] = None) -> None:
     path = self._get_path_for_version(version)
     if os.path.exists(path):
       raise tff.program.ProgramStateExistsError(version=version, path=self._root_dir)
     leaves = [np.asarray(leaf) for leaf in tf.nest.flatten(program_state)]
     if any(leaf.dtype == object for leaf in leaves):
-      await super().save(program_state, version)
+      with disk.writing(path):
+        await super().save(program_state, version)
+        self._save_entry(path, version, entry)
       return
     temp = f'{path}_temp{random.randint(1000, 9999)}'  # run_dir removes leftovers
     shutil.rmtree(temp, ignore_errors=True)
-    os.makedirs(temp)
-    np.savez(os.path.join(temp, STATE_FILE), *leaves)
+    try:
+      with disk.writing(os.path.join(path, STATE_FILE)):
+        os.makedirs(temp)
+        np.savez(os.path.join(temp, STATE_FILE), *leaves)
+        self._save_entry(temp, version, entry)
+    except BaseException:  # a full disk: the space goes back
+      shutil.rmtree(temp, ignore_errors=True)
+      raise
     os.rename(temp, path)
     await self._remove_old_program_state()
+
+  @staticmethod
+  def _save_entry(directory: str, version: int, entry) -> None:
+    if entry is not None:
+      with disk.writing(os.path.join(directory, RUN_FILE)):
+        with open(os.path.join(directory, RUN_FILE), 'w') as f:
+          json.dump(run_dir.sealed(version, entry), f, default=str)
+
+  def run_entry(self, version: int) -> Optional[dict[str, Any]]:
+    """Checkpoint `version`'s `RUN_FILE` entry (None: an older checkpoint
+    without one); `ValueError` when it is damaged."""
+    path = os.path.join(self._get_path_for_version(version), RUN_FILE)
+    if not os.path.exists(path):
+      return None
+    with open(path, 'rb') as f:
+      entry = json.loads(f.read().decode())
+    if not (isinstance(entry, dict) and 'crc' in entry and
+            run_dir.entry_is_sound(version, entry)):
+      raise ValueError(f'{path} does not match its checksum')
+    return entry
 
   async def load(self, version: int, structure):
     path = os.path.join(self._get_path_for_version(version), STATE_FILE)
@@ -246,6 +202,9 @@ class RunOutputs:
     self.state_manager = self.csv = self.tensorboard = self.manifest = None
     self.store = None  # the client-state store a checkpoint also vouches for
     self.resumed: Optional[dict[str, Any]] = None  # the checkpoint's manifest entry
+    # The round a rerun resumes from: the last checkpoint vouched for (None:
+    # not known yet), what a full disk's refusal says.
+    self.checkpointed: Optional[int] = None
     self._metrics_read = None  # metrics.csv as `resume` read it, for `open_rows`
     self.kept_rows: list[dict[str, Any]] = []  # metrics.csv's rows up to it, parsed
     self.cumulative = accounting.CumulativeCost()
@@ -256,26 +215,31 @@ class RunOutputs:
     self._written_at = time.monotonic()
     self._runner: Optional[asyncio.Runner] = None  # see `_run`
     if out_dir:
-      os.makedirs(out_dir, exist_ok=True)
+      with disk.writing(out_dir):
+        os.makedirs(out_dir, exist_ok=True)
       self.state_manager = StateManager(
           os.path.join(out_dir, 'checkpoints'), prefix='round_', keep_total=2,
           keep_first=False)
       _check_identity(os.path.join(out_dir, 'run_identity.json'), identity)
 
-  def resume(self, state, total_rounds: int) -> tuple[Any, int]:
+  def resume(self, state, total_rounds: int) -> tuple[Any, int]:  # pylint: disable=too-many-locals
     """(state, round) to start from: the newest intact checkpoint's, else
     (`state`, 0). Changes nothing on disk: `open_rows` (after the client-state
     store, which may still refuse the directory) drops the rows past it."""
     if not self.out_dir:
       return state, 0
     self.manifest = run_dir.Manifest(self.out_dir)
-    state, start_round = _resume_point(self.state_manager, self._run, self.manifest,
-                                       state, self.out_dir, total_rounds)
-    self.resumed = self.manifest.entries.get(start_round)  # None: fresh, or older dir
+    state, start_round, entry = _resume_point(self.state_manager, self._run, self.manifest,
+                                              state, self.out_dir, total_rounds)
+    # The manifest's entry, else the checkpoint's own copy (None: fresh, or older dir).
+    self.resumed = self.manifest.entries.get(start_round) or entry
     csv_path = os.path.join(self.out_dir, 'metrics.csv')
     # A bad line refused now, before any change; `open_rows` keeps what was read.
     self._metrics_read = (run_dir.read_metrics_csv(csv_path) if os.path.exists(csv_path)
                           else None)
+    kept = [r for r in (self._metrics_read or ([], []))[1] if float(r['round']) <= start_round]
+    run_dir.check_rows(csv_path, kept, start_round, self.resumed)
+    self.checkpointed = start_round
     return state, start_round
 
   def open_rows(self, start_round: int) -> None:
@@ -285,10 +249,11 @@ class RunOutputs:
     if not self.out_dir:
       return
     self.csv = MetricsCSV(os.path.join(self.out_dir, 'metrics.csv'), start_round,
-                          read=self._metrics_read)
+                          read=self._metrics_read,
+                          rows_crc=(self.resumed or {}).get('rows_crc'))
     self._metrics_read = None
     self.kept_rows = self.csv.kept_rows
-    self.tensorboard = _tensorboard(os.path.join(self.out_dir, 'tb'), start_round)
+    self.tensorboard = tensorboard_events.open_events(os.path.join(self.out_dir, 'tb'), start_round)
     self.cumulative = accounting.CumulativeCost(() if self.resumed else self.kept_rows)
     self.totals = run_dir.summary_totals(() if self.resumed else self.kept_rows)
     if self.resumed:
@@ -329,20 +294,15 @@ class RunOutputs:
 
   def close(self) -> None:
     """Writes the rows not yet written and closes the TensorBoard file and
-    the client-state store (a temporary one is removed)."""
-    try:
-      if self.csv is not None:
-        self.flush()
-    finally:
-      try:
-        if self.tensorboard is not None:
-          self.tensorboard.close()
-          self.tensorboard = None
-      finally:
-        try:
-          self._close_store()
-        finally:
-          self._close_runner()
+    the client-state store (a temporary one is removed); every step runs, the
+    first failure is raised."""
+    disk.first_error(lambda: self.csv is not None and self.flush(),
+                     self._close_tensorboard, self._close_store, self._close_runner)
+
+  def _close_tensorboard(self) -> None:
+    tensorboard, self.tensorboard = self.tensorboard, None
+    if tensorboard is not None:
+      tensorboard.close()
 
   def _run(self, coroutine):
     """Runs one of the state manager's coroutines on the run's event loop.
@@ -405,13 +365,15 @@ class RunOutputs:
       return False
     self.flush()
     entry = dict(cumulative=dict(self.cumulative.totals), totals=dict(self.totals),
-                 row=run_dir.finite_scalars(self.last_row or {}))
+                 row=run_dir.finite_scalars(self.last_row or {}), rows_crc=self.csv.rows_crc)
     if self.store is not None:
-      entry['store'] = self.store.checkpoint(round_num)
+      with disk.writing(self.store.directory):
+        entry['store'] = self.store.checkpoint(round_num)
     crash_points.reached('checkpoint_state')
-    self._run(self.state_manager.save(state, round_num))
+    self._run(self.state_manager.save(state, round_num, entry))
     crash_points.reached('checkpoint_manifest')
     self.manifest.record(round_num, entry, self._run(self.state_manager.get_versions()) or [])
+    self.checkpointed = round_num
     return True
 
   def final_row(self) -> Optional[dict[str, Any]]:
@@ -423,24 +385,33 @@ class RunOutputs:
     """summary.json and final_weights.npz (the model's trainable weights)."""
     if not self.out_dir:
       return
-    with open(os.path.join(self.out_dir, 'summary.json'), 'w') as f:
-      json.dump(summary, f, indent=2, default=str)
-    np.savez(os.path.join(self.out_dir, 'final_weights.npz'),
-             *[np.asarray(w) for w in weights.trainable])
+    def write_json(tmp):
+      with open(tmp, 'w') as f:
+        json.dump(summary, f, indent=2, default=str)
+    disk.write_atomically(os.path.join(self.out_dir, 'summary.json'), write_json)
+    def write_weights(tmp):
+      with open(tmp, 'wb') as f:  # a file: np.savez adds .npz to a name without it
+        np.savez(f, *[np.asarray(w) for w in weights.trainable])
+    disk.write_atomically(os.path.join(self.out_dir, 'final_weights.npz'), write_weights)
 
 
 def _resume_point(state_manager, run: Callable[[Any], Any], manifest: run_dir.Manifest,
-                  state, out_dir: str, total_rounds: int) -> tuple[Any, int]:
-  """(state, round) to start from: the newest intact checkpoint, else round 0
-  (`run` runs the state manager's coroutines)."""
+                  state, out_dir: str, total_rounds: int) -> tuple[Any, int, Any]:
+  """(state, round, the checkpoint's `RUN_FILE` entry) to start from: the
+  newest intact checkpoint, else (`state`, 0, None) (`run` runs the state
+  manager's coroutines)."""
   versions = run(state_manager.get_versions()) or []
   loaded, start_round = run_dir.select_checkpoint(
-      out_dir, versions, manifest, lambda version: run(state_manager.load(version, state)))
+      out_dir, versions, manifest, lambda version: (run(state_manager.load(version, state)),
+                                                    state_manager.run_entry(version)))
   if start_round > total_rounds:
     raise UserError(f'{out_dir} holds a run checkpointed at round '
                     f'{start_round}, past {run_dir.FLAG_NAMES["rounds"]}={total_rounds}; '
                     f'raise {run_dir.FLAG_NAMES["rounds"]}, or {run_dir.restart_fix()}')
-  return (state if loaded is None else loaded), start_round
+  if loaded is None:
+    return state, 0, None
+  loaded_state, entry = loaded
+  return loaded_state, start_round, entry
 
 
 def _note_lost_rows(path: str, kept_rows, start_round: int) -> None:
@@ -480,10 +451,18 @@ def _identity_diff(stored: dict[str, Any], ident: dict[str, Any], most: int = 4)
 
 
 def _check_identity(path: str, ident: dict[str, Any]) -> None:
-  """Stores the run's identity, or refuses a directory that holds another run."""
+  """Stores the run's identity, or refuses a directory that holds another run
+  (or an identity file that is not one)."""
   if os.path.exists(path):
-    with open(path) as f:
-      stored = json.load(f)
+    try:
+      with open(path, 'rb') as f:
+        stored = json.loads(f.read().decode())
+      if not isinstance(stored, dict):
+        raise ValueError('not an object')
+    except (OSError, ValueError) as e:
+      raise UserError(f'{path} is unreadable ({type(e).__name__}), so this run cannot be '
+                      'told apart from the one there; restore it from a backup, or '
+                      f'{run_dir.restart_fix()}') from None
     diff = _identity_diff(stored, ident)
     if diff:
       raise UserError(
@@ -491,5 +470,7 @@ def _check_identity(path: str, ident: dict[str, Any]) -> None:
           f'{diff}); choose another {run_dir.FLAG_NAMES["name"]}, or '
           f'{run_dir.restart_fix()}')
   else:
-    with open(path, 'w') as f:
-      json.dump(ident, f, indent=2, sort_keys=True)
+    def write(tmp):
+      with open(tmp, 'w') as f:
+        json.dump(ident, f, indent=2, sort_keys=True)
+    disk.write_atomically(path, write)

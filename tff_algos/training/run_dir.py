@@ -36,6 +36,7 @@ from typing import Any, Callable, Iterator, Optional
 import zlib
 
 from tff_algos.errors import UserError
+from tff_algos.training import disk
 
 LOCK_FILE = 'run.lock'
 MANIFEST_FILE = 'checkpoints.json'
@@ -100,6 +101,8 @@ def lock(out_dir: Optional[str]) -> Iterator[None]:
     os.makedirs(out_dir, exist_ok=True)
     f = open(os.path.join(out_dir, LOCK_FILE), 'a+')
   except OSError as e:
+    if disk.is_full(e):
+      raise disk.NoSpace(os.path.join(out_dir, LOCK_FILE)) from None
     raise unusable_dir(out_dir, e) from None
   try:
     try:
@@ -109,10 +112,11 @@ def lock(out_dir: Optional[str]) -> Iterator[None]:
       holder = f.read().strip() or 'unknown'
       raise UserError(f'{out_dir} is in use by another run (pid {holder}); wait for '
                       f'it to end, or choose another {FLAG_NAMES["name"]}') from None
-    f.seek(0)
-    f.truncate()
-    f.write(f'{os.getpid()}\n')
-    f.flush()
+    with disk.writing(f.name):  # the holder's pid, for a refusal to name
+      f.seek(0)
+      f.truncate()
+      f.write(f'{os.getpid()}\n')
+      f.flush()
     yield
   finally:
     f.close()  # closing the last descriptor releases the lock
@@ -168,17 +172,23 @@ class Manifest:
     self.entries: dict[int, dict[str, Any]] = {}
     if os.path.exists(self.path):
       try:
-        with open(self.path) as f:
-          self.entries = {int(r): e for r, e in json.load(f).items()}
+        with open(self.path, 'rb') as f:
+          self.entries = {int(r): e for r, e in json.loads(f.read().decode()).items()}
       except (OSError, ValueError, AttributeError) as e:
         raise UserError(f'{self.path} is unreadable ({type(e).__name__}); delete it to '
                         f'resume without checking the checkpoints, or {restart_fix()}'
                         ) from None
+      for round_num, entry in self.entries.items():
+        if not entry_is_sound(round_num, entry):
+          raise UserError(f'{self.path} is damaged (its entry of round {round_num} does '
+                          'not match its checksum); delete it to resume without checking '
+                          f'the checkpoints, or {restart_fix()}')
 
   def record(self, round_num: int, entry: dict[str, Any], kept: list[int]) -> None:
     """Adds checkpoint `round_num`'s entry (its files are summed here) and
     forgets checkpoints not in `kept`."""
-    entry = dict(entry, files=file_sums(checkpoint_path(self.out_dir, round_num)))
+    entry = sealed(round_num, dict(entry, files=file_sums(checkpoint_path(self.out_dir,
+                                                                          round_num))))
     self.entries = {r: e for r, e in self.entries.items() if r in kept}
     self.entries[round_num] = entry
     self._write()
@@ -189,13 +199,11 @@ class Manifest:
       self._write()
 
   def _write(self):
-    tmp = self.path + '.tmp'
-    with open(tmp, 'w') as f:
-      json.dump({str(r): e for r, e in sorted(self.entries.items())}, f, indent=1,
-                default=_json_number)
-      f.flush()
-      os.fsync(f.fileno())
-    os.replace(tmp, self.path)
+    def write(tmp):
+      with open(tmp, 'w') as f:
+        json.dump({str(r): e for r, e in sorted(self.entries.items())}, f, indent=1,
+                  default=_json_number)
+    disk.write_atomically(self.path, write)
 
   def damage(self, round_num: int) -> Optional[str]:
     """Why checkpoint `round_num` cannot be trusted (None: it can, or it
@@ -218,6 +226,35 @@ class Manifest:
 def _json_number(value):
   """JSON for numpy scalars (rows carry them)."""
   return value.item() if hasattr(value, 'item') else str(value)
+
+
+# The keys of a manifest entry (a `sealed` one adds 'crc'; 'rows_crc' is
+# metrics.csv's `rows_digest` up to the checkpoint).
+ENTRY_KEYS = frozenset({'cumulative', 'totals', 'row', 'store', 'files', 'rows_crc'})
+
+
+def _entry_crc(round_num: int, entry: dict[str, Any]) -> int:
+  body = {k: v for k, v in entry.items() if k != 'crc'}
+  return zlib.crc32(json.dumps([round_num, body], sort_keys=True,
+                               default=_json_number).encode())
+
+
+def sealed(round_num: int, entry: dict[str, Any]) -> dict[str, Any]:
+  """`entry` (as JSON gives it back) with its CRC-32, which covers its round."""
+  entry = json.loads(json.dumps(entry, default=_json_number))
+  return dict(entry, crc=_entry_crc(round_num, entry))
+
+
+def entry_is_sound(round_num: int, entry) -> bool:
+  """Whether `entry` is a checkpoint's entry as written: its checksum holds
+  (an entry written before checksums: its keys and their types)."""
+  if not isinstance(entry, dict) or not set(entry) <= ENTRY_KEYS | {'crc'}:
+    return False
+  if 'crc' in entry:
+    return entry['crc'] == _entry_crc(round_num, entry)
+  return all(isinstance(entry.get(k), dict) for k in ('cumulative', 'totals', 'files')) and (
+      all(isinstance(v, (int, float)) for k in ('cumulative', 'totals')
+          for v in entry[k].values()))
 
 
 def select_checkpoint(out_dir: str, versions: list[int], manifest: Manifest,
@@ -329,33 +366,34 @@ def signals_deferred() -> Iterator[None]:
 
 
 def read_metrics(path: str) -> list[dict[str, Any]]:
-  """Rows of a metrics.csv: numbers as floats, empty cells left out (no
-  TensorFlow: `python -m experiments.report` reads runs with it)."""
-  def parse(v):
-    try:
-      return float(v)
-    except ValueError:
-      return v
-  with open(path, newline='') as f:
-    return [{k: parse(v) for k, v in row.items() if v not in ('', None)}
-            for row in csv.DictReader(f)]
+  """Rows of a metrics.csv: numbers as floats, empty cells left out; a
+  garbage line refused as `read_metrics_csv` refuses it (no TensorFlow:
+  `python -m experiments.report` reads runs with it)."""
+  return [{k: float(v) for k, v in row.items() if v != ''}
+          for row in read_metrics_csv(path)[1]]
 
 
 def read_metrics_csv(path: str) -> tuple[list[str], list[dict[str, str]]]:
   """(header, rows) of a metrics.csv, rounds increasing.
 
   A last line without its newline (a write cut short by a crash) is dropped;
-  any other line that is not a row of numbers raises `UserError` naming the
-  file and the line.
+  any other line that is not UTF-8 text of a row of numbers raises
+  `UserError` naming the file and the line.
   """
-  with open(path, newline='') as f:
-    lines = [line.rstrip('\r') for line in f.read().split('\n')]
-  lines.pop()  # after the last newline: '' or a torn line
+  with open(path, 'rb') as f:
+    raw = f.read().split(b'\n')
+  raw.pop()  # after the last newline: '' or a torn line
+  lines = []
+  for number, line in enumerate(raw, start=1):
+    try:
+      lines.append(line.decode('utf-8').rstrip('\r'))
+    except UnicodeDecodeError:
+      _garbage(path, number, repr(line)[2:-1], 'not UTF-8 text')
   if not lines or not lines[0]:
     return [], []
   header = next(csv.reader([lines[0]]))
-  if 'round' not in header:
-    _garbage(path, 1, lines[0], 'no "round" column in the header')
+  if 'round' not in header or len(set(header)) != len(header):
+    _garbage(path, 1, lines[0], 'not a header with one "round" column and distinct names')
   rows, last = [], 0
   for number, line in enumerate(lines[1:], start=2):
     cells = next(csv.reader([line]), [])
@@ -371,6 +409,36 @@ def read_metrics_csv(path: str) -> tuple[list[str], list[dict[str, str]]]:
     last = int(round_num)
     rows.append(row)
   return header, rows
+
+
+def rows_digest(rows, crc: int = 0) -> int:
+  """CRC-32 of metrics rows (dicts of the cells as metrics.csv holds them),
+  continuing `crc`: each row's non-empty cells, by column name, so a header
+  grown by new columns does not change it."""
+  for row in rows:
+    text = '\x1f'.join(f'{k}={v}' for k, v in sorted(row.items()) if v not in ('', None))
+    crc = zlib.crc32((text + '\n').encode(), crc)
+  return crc
+
+
+def check_rows(path: str, rows, round_num: int, entry: Optional[dict[str, Any]],
+               rebuild: bool = True) -> None:
+  """Refuses metrics.csv's `rows` up to the checkpoint of `round_num` when
+  they all survive but differ from what the checkpoint's `entry` vouches for
+  (changed outside the run), or (`rebuild`: the totals are rebuilt from them)
+  when rows are lost and no entry keeps the totals."""
+  complete = [int(float(r['round'])) for r in rows] == list(range(1, round_num + 1))
+  if entry is not None and 'rows_crc' in entry and complete and (
+      rows_digest(rows) != entry['rows_crc']):
+    raise UserError(f'{path}: rows 1-{round_num} do not match the checkpoint of round '
+                    f'{round_num} (changed outside the run); restore it from a backup, '
+                    'or delete it to resume without its rows (the checkpoint keeps the '
+                    'totals)')
+  if entry is None and rebuild and round_num and not complete:
+    raise UserError(f'{path} lacks rows of rounds 1-{round_num} and the checkpoint of '
+                    f'round {round_num} keeps no totals (written by an older version), '
+                    "so the run's totals cannot be rebuilt; restore it from a backup, "
+                    f'or {restart_fix()}')
 
 
 def _is_number(text: str) -> bool:

@@ -23,10 +23,14 @@ numpy (loss, gradient, smoothness L, f* by Newton's method) for experiments.
 
 from __future__ import annotations
 
+import array
 import bz2
 import collections
 import dataclasses
 import gzip
+import math
+import re
+import zlib
 from typing import Optional
 
 import numpy as np
@@ -45,13 +49,142 @@ EVAL_BATCH = 1000
 
 # ---------------------------------------------------------------- LIBSVM files
 
+# The loader's memory bound: the dense features (n x d float32) and the d x d
+# float64 matrices built from them (the smoothness estimate's A^T A, Newton's
+# Hessian in `LogisticProblem`) must each fit in this many bytes. It caps the
+# features at 16,384 (8 d^2 <= 2 GiB) and n x d at 2^29 cells: mushrooms
+# (8,124 x 112) needs 3.5 MiB.
+MAX_DENSE_BYTES = 2 * 1024**3
+MAX_FEATURES = math.isqrt(MAX_DENSE_BYTES // 8)
+MAX_LINE_BYTES = 64 * 1024**2  # 16,384 features of 30 characters need 0.5 MiB
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+_INDEX = re.compile(r'([+-]?)0*([0-9]+)')
+_FIX_LINE = 'fix or remove the line'
+_READ_ERRORS = (OSError, EOFError, zlib.error)  # what a damaged .gz/.bz2 raises
 
-def _open_text(path: str):
+
+def _open_binary(path: str):
   if path.endswith('.bz2'):
-    return bz2.open(path, 'rt')
+    return bz2.open(path, 'rb')
   if path.endswith('.gz'):
-    return gzip.open(path, 'rt')
-  return open(path)
+    return gzip.open(path, 'rb')
+  return open(path, 'rb')
+
+
+def _size(nbytes: float) -> str:
+  """'1.46 TiB': a byte count in binary units, rounded up to 3 digits."""
+  units = ['bytes', 'KiB', 'MiB', 'GiB', 'TiB', 'PiB', 'EiB', 'ZiB', 'YiB']
+  while nbytes >= 1024 and len(units) > 1:
+    nbytes /= 1024
+    units.pop(0)
+  if units[0] == 'bytes':
+    return f'{math.ceil(nbytes):,} bytes'
+  scale = 10.0 ** (2 - math.floor(math.log10(nbytes))) if nbytes > 0 else 1.0
+  return f'{math.ceil(nbytes * scale - 1e-9) / scale:.3g} {units[0]}'
+
+
+def _show(token: str) -> str:
+  """`token` quoted for a one-line message: escaped, at most 40 characters."""
+  return repr(token if len(token) <= 40 else token[:40] + '...')
+
+
+def _one_line(e: BaseException) -> str:
+  return ' '.join(str(e).split()) or type(e).__name__
+
+
+def _text_lines(path: str, f):
+  """(line number, text) of a binary file's lines, refusing a line over
+  `MAX_LINE_BYTES` (e.g. /dev/zero), bytes that are not UTF-8 and read errors of
+  a damaged .gz/.bz2 file in one line each."""
+  lineno = 0
+  try:
+    while raw := f.readline(MAX_LINE_BYTES + 1):
+      lineno += 1
+      if len(raw) > MAX_LINE_BYTES:
+        raise base.TaskError(f'{path}:{lineno}: the line is longer than '
+                             f'{_size(MAX_LINE_BYTES)}, more than a LIBSVM line of '
+                             f'{MAX_FEATURES:,} features needs; give a LIBSVM text file')
+      try:
+        text = raw.decode('utf-8')
+      except UnicodeDecodeError as e:
+        raise base.TaskError(
+            f'{path}:{lineno}: byte 0x{raw[e.start]:02x} (byte {e.start + 1} of the line) is '
+            f'not UTF-8 text; give a LIBSVM text file (compressed ones must end in .bz2 or '
+            f'.gz, which are read as they are)') from None
+      yield lineno, text.removeprefix('\ufeff') if lineno == 1 else text
+  except _READ_ERRORS as e:
+    raise base.TaskError(
+        f'{path}: cannot read {f"beyond line {lineno}" if lineno else "it"} '
+        f'({_one_line(e)}); the file is damaged, truncated or not what its name says '
+        f'(.bz2/.gz are decompressed): get a fresh copy') from None
+
+
+def _dense_too_big(path: str, n: int, d: int) -> base.TaskError:
+  return base.TaskError(
+      f'{path}: {n:,} examples x {d:,} features (or more) need {_size(4.0 * n * d)} of '
+      f'dense float32 features, over the loader\'s {_size(MAX_DENSE_BYTES)} '
+      f'(tasks.libsvm.MAX_DENSE_BYTES); use fewer examples or features')
+
+
+def _index(key: str, path: str, lineno: int, num_features: int) -> int:
+  """A 1-based feature index, refused unless an integer in 1..num_features."""
+  match = _INDEX.fullmatch(key)
+  if not match:
+    raise base.TaskError(f'{path}:{lineno}: feature index {_show(key)} is not an integer; '
+                         f'{_FIX_LINE}')
+  digits = match.group(2)
+  index = int(digits) if len(digits) <= 19 else 10**19  # int() of 4,300+ digits raises
+  if match.group(1) == '-' or index < 1:
+    raise base.TaskError(f'{path}:{lineno}: feature index {_show(key)} is below 1 (LIBSVM '
+                         f'indices start at 1); {_FIX_LINE}')
+  if index > num_features:
+    if num_features < MAX_FEATURES:
+      raise base.TaskError(f'{path}:{lineno}: feature index {_show(key)} > '
+                           f'num_features={num_features}; {_FIX_LINE}')
+    need = ('more than ' if index == 10**19 else '') + _size(8.0 * index * index)
+    raise base.TaskError(
+        f'{path}:{lineno}: feature index {_show(key)} is over {MAX_FEATURES:,}: that many '
+        f'features need {need} for the d x d smoothness matrix, over the loader\'s '
+        f'{_size(MAX_DENSE_BYTES)} (tasks.libsvm.MAX_DENSE_BYTES); {_FIX_LINE}, or '
+        f'renumber the features densely')
+  return index
+
+
+def _number(token: str, what: str, path: str, lineno: int, bound: float) -> float:
+  """A finite float of magnitude <= `bound`, or a refusal naming the line."""
+  try:
+    value = float(token)
+  except ValueError:
+    raise base.TaskError(f'{path}:{lineno}: {what} {_show(token)} is not a number; '
+                         f'{_FIX_LINE}') from None
+  if not math.isfinite(value):
+    raise base.TaskError(f'{path}:{lineno}: {what} {_show(token)} is not a finite number; '
+                         f'{_FIX_LINE}')
+  if abs(value) > bound:
+    raise base.TaskError(f'{path}:{lineno}: {what} {_show(token)} is outside float32\'s '
+                         f'range (|v| <= {bound:.3g}), the features\' type; {_FIX_LINE}')
+  return value
+
+
+def _parse_line(tokens: list[str], path: str, lineno: int, num_features: int
+                ) -> tuple[float, dict[int, float]]:
+  """`label idx:value ...` -> (label, {0-based index: value}). Indices may come
+  in any order (the features are dense); one given twice is refused."""
+  label = _number(tokens[0], 'label', path, lineno, math.inf)
+  features = {}
+  for token in tokens[1:]:
+    key, colon, value = token.partition(':')
+    if not colon:
+      raise base.TaskError(f'{path}:{lineno}: {_show(token)} is not an index:value pair; '
+                           f'{_FIX_LINE}')
+    if key == 'qid':
+      continue
+    index = _index(key, path, lineno, num_features)
+    if index - 1 in features:
+      raise base.TaskError(f'{path}:{lineno}: feature index {index} is given twice; keep '
+                           f'one of them')
+    features[index - 1] = _number(value, 'feature value', path, lineno, FLOAT32_MAX)
+  return label, features
 
 
 def parse_libsvm(path: str, num_features: Optional[int] = None
@@ -59,55 +192,54 @@ def parse_libsvm(path: str, num_features: Optional[int] = None
   """Reads `label idx:value ...` lines (1-based indices) into dense arrays.
 
   Returns (features float32 [n, d], raw labels float64 [n]); d is the largest
-  index seen, or `num_features`. Blank lines and '#' comments are skipped.
+  index seen, or `num_features`. Blank lines and '#' comments are skipped. A
+  file that is not UTF-8 text, a line that is not LIBSVM, a value that is not
+  finite in float32, or features over `MAX_DENSE_BYTES` is refused with a
+  `TaskError` naming the file (and the line), before the dense matrix exists.
   """
+  limit = MAX_FEATURES if num_features is None else num_features
+  if limit > MAX_FEATURES:
+    raise base.TaskError(f'num_features={num_features} is over the loader\'s {MAX_FEATURES:,} '
+                         f'(tasks.libsvm.MAX_DENSE_BYTES); ask for fewer')
   try:
-    f = _open_text(path)
+    f = _open_binary(path)
   except OSError as e:
     raise base.TaskError(
         f'cannot read LIBSVM file {path!r} ({e.strerror or e}); give --libsvm_path a '
         f'LIBSVM-format file (.bz2/.gz read as they are), e.g. the paper\'s mushrooms from '
         f'{catalog.LIBSVM_SOURCE}, or leave it out for the embedded breast-cancer set') from None
-  labels, rows, cols, vals = [], [], [], []
+  labels, rows, cols, vals = array.array('d'), array.array('i'), array.array('i'), array.array('f')
+  width = 0 if num_features is None else num_features
   with f:
-    for lineno, line in enumerate(f, 1):
-      line = line.split('#', 1)[0].strip()
-      if not line:
-        continue
-      tokens = line.split()
-      try:
-        labels.append(float(tokens[0]))
-        for token in tokens[1:]:
-          key, value = token.split(':', 1)
-          if key == 'qid':
-            continue
-          index = int(key)
-          if index < 1:
-            raise ValueError(f'feature index {index} < 1')
-          rows.append(len(labels) - 1)
-          cols.append(index - 1)
-          vals.append(float(value))
-      except ValueError as e:
-        raise base.TaskError(f'{path}:{lineno}: not LIBSVM format ({e}): '
-                             f'{line[:80]!r}') from None
+    for lineno, line in _text_lines(path, f):
+      for part in line.split('\r'):  # a lone CR ends a line too, as in text mode
+        tokens = part.split('#', 1)[0].split()
+        if not tokens:
+          continue
+        label, features = _parse_line(tokens, path, lineno, limit)
+        rows.extend([len(labels)] * len(features))
+        cols.extend(features.keys())
+        vals.extend(features.values())
+        labels.append(label)
+        width = max(width, max(features, default=-1) + 1)
+        if 4 * len(labels) * width > MAX_DENSE_BYTES:
+          raise _dense_too_big(path, len(labels), width)
   if not labels:
-    raise base.TaskError(f'LIBSVM file {path!r} has no examples')
-  width = max(cols, default=-1) + 1
-  if num_features is not None:
-    if width > num_features:
-      raise base.TaskError(f'{path}: feature index {width} > num_features={num_features}')
-    width = num_features
+    raise base.TaskError(f'LIBSVM file {path!r} has no examples (only blank or # lines); '
+                         f'give a file with lines "label index:value ..."')
   features = np.zeros((len(labels), width), np.float32)
-  features[np.asarray(rows, np.int64), np.asarray(cols, np.int64)] = vals
-  return features, np.asarray(labels, np.float64)
+  features[np.frombuffer(rows, np.int32), np.frombuffer(cols, np.int32)] = np.frombuffer(
+      vals, np.float32)
+  return features, np.frombuffer(labels, np.float64).copy()
 
 
-def binary_labels(raw: np.ndarray) -> np.ndarray:
+def binary_labels(raw: np.ndarray, source: str = 'the data') -> np.ndarray:
   """Two raw label values (-1/+1, 0/1, 1/2, ...) -> int32 {0, 1}."""
   values = np.unique(raw)
   if len(values) != 2:
-    raise base.TaskError(f'binary classification needs 2 label values, got '
-                         f'{len(values)}: {values[:10].tolist()}')
+    raise base.TaskError(f'{source}: binary classification needs 2 label values, got '
+                         f'{len(values)}: {values[:10].tolist()}; give data whose labels '
+                         f'take exactly two values (e.g. -1/+1 or 1/2)')
   return (raw == values[1]).astype(np.int32)
 
 
@@ -124,6 +256,13 @@ def breast_cancer_arrays() -> tuple[np.ndarray, np.ndarray]:
 def data_smoothness(features: np.ndarray) -> float:
   """L0 = lambda_max(A^T A) / (4 n): smoothness of the mean logistic loss."""
   a = np.asarray(features, np.float64)
+  if not np.isfinite(a).all():
+    raise base.TaskError('the features hold a value that is not a finite number (nan or inf); '
+                         'give finite features')
+  if 8.0 * a.shape[1] ** 2 > MAX_DENSE_BYTES:
+    raise base.TaskError(f'{a.shape[1]:,} features need {_size(8.0 * a.shape[1] ** 2)} for '
+                         f'the d x d smoothness matrix, over {_size(MAX_DENSE_BYTES)} '
+                         f'(tasks.libsvm.MAX_DENSE_BYTES); give at most {MAX_FEATURES:,}')
   return float(np.linalg.eigvalsh(a.T @ a / len(a)).max() / 4.0)
 
 
@@ -267,7 +406,7 @@ class LogisticRegression(base.PlainModel):
 def build(options: TaskOptions) -> base.Task:
   if options.libsvm_path:
     features, raw = parse_libsvm(options.libsvm_path)
-    labels, source = binary_labels(raw), options.libsvm_path
+    labels, source = binary_labels(raw, options.libsvm_path), options.libsvm_path
   else:
     features, labels = breast_cancer_arrays()
     source = 'sklearn breast_cancer (standardised, + intercept)'

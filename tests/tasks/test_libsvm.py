@@ -1,9 +1,13 @@
-"""LIBSVM parsing, the `logistic` task and its numpy objective, `cifar10_lenet`."""
+"""LIBSVM parsing (and the refusal of hostile files), the `logistic` task and
+its numpy objective, `cifar10_lenet`."""
+
+import gzip
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
+from binaries import assert_refused, run_binary
 from tasks import TaskError, TaskOptions, get_task
 from tasks import cifar10
 from tasks import libsvm
@@ -53,20 +57,166 @@ def test_one_two_labels_map_to_zero_one(tmp_path):
   np.testing.assert_array_equal(libsvm.binary_labels(raw), [1, 0, 1, 0])
 
 
-@pytest.mark.parametrize('text,message', [
-    ('1 0:1\n', 'feature index 0 < 1'),
-    ('1 3=2\n', 'not LIBSVM format'),
-    ('abc 1:2\n', 'not LIBSVM format'),
-    ('# nothing\n', 'has no examples'),
-])
-def test_parser_errors_name_the_line(tmp_path, text, message):
-  with pytest.raises(TaskError, match=message):
-    libsvm.parse_libsvm(_write(tmp_path, 'bad.txt', text))
-
-
 def test_labels_must_be_binary():
-  with pytest.raises(TaskError, match='2 label values'):
-    libsvm.binary_labels(np.array([1.0, 2.0, 3.0]))
+  with pytest.raises(TaskError, match=r'^f.txt: binary classification needs 2 label values, '
+                     r'got 3: \[1.0, 2.0, 3.0\]; give data whose labels take exactly two'):
+    libsvm.binary_labels(np.array([1.0, 2.0, 3.0]), 'f.txt')
+
+
+# ------------------------------------------------------------ hostile files
+
+GOOD = '+1 1:0.5 3:2\n-1 2:1\n'
+
+# (file bytes, the refusal after '<path>:'), each a file the loader must refuse.
+HOSTILE = {
+    'nan value': (b'1 1:1\n-1 1:0.5 2:nan\n', "2: feature value 'nan' is not a finite "
+                  'number; fix or remove the line'),
+    'inf value': (b'1 1:1e400\n', "1: feature value '1e400' is not a finite number"),
+    'inf literal': (b'1 1:-inf\n', "1: feature value '-inf' is not a finite number"),
+    'float32 overflow': (b'1 1:1e39\n', "1: feature value '1e39' is outside float32's range"),
+    'nan label': (b'nan 1:1\n', "1: label 'nan' is not a finite number"),
+    'inf label': (b'1e400 1:1\n', "1: label '1e400' is not a finite number"),
+    'word label': (b'1 1:1\nabc 1:2\n', "2: label 'abc' is not a number; fix or remove"),
+    'no colon': (b'1 3=2\n', "1: '3=2' is not an index:value pair"),
+    'empty value': (b'1 3:\n', "1: feature value '' is not a number"),
+    'two colons': (b'1 3:2:1\n', "1: feature value '2:1' is not a number"),
+    'word value': (b'1 3:x\n', "1: feature value 'x' is not a number"),
+    'empty index': (b'1 :2\n', "1: feature index '' is not an integer"),
+    'float index': (b'1 1.5:2\n', "1: feature index '1.5' is not an integer"),
+    'word index': (b'1 a:2\n', "1: feature index 'a' is not an integer"),
+    'index 0': (b'1 0:1\n', "1: feature index '0' is below 1 (LIBSVM indices start at 1)"),
+    'negative index': (b'1 -3:1\n', "1: feature index '-3' is below 1"),
+    'huge index': (b'1 1:1\n-1 99999999999:1\n', "2: feature index '99999999999' is over "
+                   '16,384: that many features need 67.8 ZiB for the d x d smoothness '
+                   "matrix, over the loader's 2 GiB"),
+    'index of 5000 digits': (b'1 ' + b'9' * 5000 + b':1\n', "1: feature index '" + '9' * 40
+                             + "...' is over 16,384: that many features need more than "),
+    'one index too many': (b'1 16385:1\n', "1: feature index '16385' is over 16,384: that "
+                           "many features need 2.01 GiB for the d x d smoothness matrix"),
+    'duplicate index': (b'1 1:1 3:1 3:2\n', '1: feature index 3 is given twice; keep one'),
+    'non-UTF-8 byte': (b'1 1:1\n-1 2:1 \xff\n', '2: byte 0xff (byte 8 of the line) is not '
+                       'UTF-8 text; give a LIBSVM text file'),
+    'binary bytes': (bytes(range(255, -1, -1)) * 4, '1: byte 0xff (byte 1 of the line) is not '
+                     'UTF-8 text'),
+    'NUL bytes': (b'1 1:1\x00\n', "1: feature value '1\\x00' is not a number"),
+    'a line of 64 MiB': (b'1' * (64 * 1024**2 + 1), '1: the line is longer than 64 MiB'),
+}
+
+
+@pytest.mark.parametrize('case', HOSTILE)
+def test_hostile_file_is_one_line_naming_file_line_and_problem(tmp_path, case):
+  data, said = HOSTILE[case]
+  path = tmp_path / 'f.libsvm'
+  path.write_bytes(data)
+  with pytest.raises(TaskError) as err:
+    libsvm.parse_libsvm(str(path))
+  message = str(err.value)
+  assert message.startswith(f'{path}:{said}'), message
+  assert '\n' not in message and len(message) < 400, message
+
+
+@pytest.mark.parametrize('name,data,said', [
+    ('empty.txt', b'', "has no examples (only blank or # lines); give a file with lines"),
+    ('blank.txt', b'\n  \n# comment\n\r\n', 'has no examples'),
+    ('notgz.gz', b'1 1:1\n', "cannot read it (Not a gzipped file (b'1 ')); the file is damaged"),
+    ('cut.gz', gzip.compress(GOOD.encode() * 50)[:40], 'cannot read beyond line 100 '
+     '(Compressed file ended before the end-of-stream marker was reached); the file is'),
+    ('bad.bz2', b'BZh9' + bytes(60), 'cannot read it (Invalid data stream); the file is'),
+], ids=['empty', 'blank', 'not gzip', 'cut gzip', 'bad bz2'])
+def test_empty_or_damaged_file_is_one_line_naming_it(tmp_path, name, data, said):
+  path = tmp_path / name
+  path.write_bytes(data)
+  with pytest.raises(TaskError) as err:
+    libsvm.parse_libsvm(str(path))
+  assert str(path) in str(err.value) and said in str(err.value), str(err.value)
+  assert '\n' not in str(err.value)
+
+
+def test_too_many_examples_for_dense_features_is_refused_before_allocating(tmp_path):
+  """16,384 features x 32,769 examples is 2 GiB + 64 KiB of float32: refused
+  while reading, at the example that passes the limit."""
+  path = _write(tmp_path, 'wide.txt', '1 16384:1\n' + '-1 1:1\n' * 40_000)
+  with pytest.raises(TaskError) as err:
+    libsvm.parse_libsvm(path)
+  assert str(err.value) == (
+      f"{path}: 32,769 examples x 16,384 features (or more) need 2.01 GiB of dense float32 "
+      "features, over the loader's 2 GiB (tasks.libsvm.MAX_DENSE_BYTES); use fewer examples "
+      "or features")
+  with pytest.raises(TaskError, match='num_features=20000 is over'):
+    libsvm.parse_libsvm(_write(tmp_path, 'ok.txt', GOOD), num_features=20_000)
+  with pytest.raises(TaskError, match=r":1: feature index '3' > num_features=2; fix or"):
+    libsvm.parse_libsvm(_write(tmp_path, 'ok.txt', GOOD), num_features=2)
+
+
+def test_what_the_loader_accepts(tmp_path):
+  """Indices in any order (the features are dense; each keeps its value),
+  leading zeros and '+', a UTF-8 BOM, CRLF and lone-CR line ends, and one
+  line of 16,384 features padded to 2 MiB."""
+  x, raw = libsvm.parse_libsvm(_write(
+      tmp_path, 'order.txt', '\ufeff+1 3:2 1:0.5 qid:7\r\n-1 +02:1\r1 003:-1\n'))
+  np.testing.assert_array_equal(x, [[0.5, 0, 2], [0, 1, 0], [0, 0, -1]])
+  np.testing.assert_array_equal(raw, [1, -1, 1])
+  row = ' '.join(f'{i}:{i % 7 - 3}' for i in range(16384, 0, -1))
+  x, raw = libsvm.parse_libsvm(_write(tmp_path, 'long.txt', '1 ' + row.ljust(2 * 1024**2)
+                                      + '\n-1 5:1\n'))
+  assert x.shape == (2, 16384) and x[0, 16383] == 16384 % 7 - 3 and x[1, 4] == 1
+
+
+def test_non_finite_features_never_reach_the_smoothness_estimate():
+  with pytest.raises(TaskError, match=r'^the features hold a value that is not a finite'):
+    libsvm.data_smoothness(np.array([[1.0, np.nan]], np.float32))
+  with pytest.raises(TaskError, match=r'^16,385 features need 2.01 GiB for the d x d'):
+    libsvm.data_smoothness(np.zeros((1, 16385), np.float32))
+
+
+def _refused_or_loaded(path):
+  """A valid load (finite float32, one label per row) or one refusal line."""
+  try:
+    x, raw = libsvm.parse_libsvm(str(path))
+  except TaskError as e:
+    assert str(path) in str(e) and '\n' not in str(e), str(e)
+    return 'refused'
+  assert x.dtype == np.float32 and len(x) == len(raw) > 0
+  assert np.isfinite(x).all() and np.isfinite(raw).all()
+  return 'loaded'
+
+
+def test_random_bytes_load_or_are_refused_in_one_line(tmp_path):
+  """Seeded random bytes, random LIBSVM-ish text, and valid files (plain and
+  gzip) with random bytes overwritten: never another exception."""
+  rng = np.random.default_rng(45)
+  valid = ''.join(f'{rng.choice([-1, 1])} ' + ' '.join(
+      f'{j}:{rng.normal():.4f}' for j in sorted(rng.choice(50, 5, replace=False) + 1)) + '\n'
+      for _ in range(40)).encode()
+  alphabet = np.frombuffer(b'0123456789 :.-+eEinaf#\n\r\t\xff', np.uint8)
+  outcomes = []
+  for i in range(75):
+    kind = i % 5  # random bytes, random text, valid with bytes / digits overwritten, gzip
+    if kind == 0:
+      data = rng.integers(0, 256, rng.integers(1, 2000), np.uint8).tobytes()
+    elif kind == 1:
+      data = rng.choice(alphabet, rng.integers(1, 2000)).astype(np.uint8).tobytes()
+    else:
+      base = bytearray(gzip.compress(valid) if kind == 4 else valid)
+      for at in rng.integers(0, len(base), rng.integers(1, 4)):
+        base[at] = rng.integers(48, 58) if kind == 3 else rng.integers(0, 256)  # 48-57: digits
+      data = bytes(base)
+    path = tmp_path / f'r{i}{".gz" if kind == 4 else ""}'
+    path.write_bytes(data)
+    outcomes.append(_refused_or_loaded(path))
+  assert 'refused' in outcomes and 'loaded' in outcomes  # both paths were exercised
+
+
+def test_train_binary_refuses_a_nan_file_in_one_line(tmp_path):
+  path = tmp_path / 'nan.libsvm'
+  path.write_text('1 1:0.5 2:1\n-1 2:1\n+1 1:nan\n')
+  res = run_binary('train', '--task=logistic', f'--libsvm_path={path}',
+                   f'--root_output_dir={tmp_path}/runs', '--noprogress', cwd=tmp_path,
+                   timeout=300)
+  line = assert_refused(res, before_tensorflow=False)
+  assert line == (f"error: {path}:3: feature value 'nan' is not a finite number; "
+                  'fix or remove the line')
+  assert res.stderr.strip().splitlines() == [line]
 
 
 def test_missing_file_is_a_task_error_with_the_fix(tmp_path):

@@ -238,7 +238,7 @@ class ClientStateStore:
     """A checkpoint's bitmap or checksums; `UserError` if unreadable."""
     try:
       array = np.load(path)
-    except (OSError, ValueError, EOFError) as e:
+    except Exception as e:  # pylint: disable=broad-except  (a damaged header: any error)
       raise UserError(f'{path} is unreadable ({type(e).__name__}); restore the run '
                       'directory from a backup, or pass --restart to start over') from None
     if array.shape != (self.num_clients,) or array.dtype != dtype:

@@ -17,7 +17,6 @@ PAGES = [os.path.join(ROOT, 'README.md')] + sorted(
 # Flags of tools other than the project's binaries that the pages name.
 OTHER_TOOLS = {'frozen',                                    # uv run --frozen
                'help', 'helpfull',                          # absl
-               'port', 'max_concurrent_computation_calls',  # python -m tff_algos.runtime.worker
                'stat',                                      # git show --stat
                'write',                       # python tests/experiments/test_config_pins.py
                'sf'}                                        # LEAF's preprocess.sh
@@ -81,7 +80,9 @@ def test_a_broken_link_or_anchor_is_found(tmp_path):
 @pytest.fixture(scope='module')
 def defined_flags() -> set[str]:
   from experiments.lib import flag_reference
-  return flag_reference.defined_flags() | OTHER_TOOLS
+  from tff_algos.runtime import worker  # its flags are argparse's
+  worker_flags = {a.dest for a in worker.build_parser()._actions}  # pylint: disable=protected-access
+  return flag_reference.defined_flags() | worker_flags | OTHER_TOOLS
 
 
 def unknown_flags(text: str, defined: set[str]) -> list[str]:

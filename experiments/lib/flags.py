@@ -299,8 +299,8 @@ def flag_values(args: Optional[TrainerArgs] = None) -> dict:
 # Flags that may change between a run and its resume.
 _RESUMABLE = ('total_rounds', 'progress', 'rounds_per_eval', 'rounds_per_checkpoint',
               'root_output_dir', 'experiment_name', 'max_eval_examples', 'cache_dir',
-              'backend', 'workers', 'concurrent_clients', 'compile_local_loop', 'restart',
-              'max_rounds_all_dropped', 'rounds_per_call')
+              'backend', 'workers', 'worker_network', 'concurrent_clients', 'compile_local_loop',
+              'restart', 'max_rounds_all_dropped', 'rounds_per_call')
 
 
 def run_identity(args: Optional[TrainerArgs] = None) -> dict:

@@ -51,6 +51,15 @@ def _check_workers(value) -> bool:
 
 flags.register_validator('workers', _check_workers)
 
+flags.DEFINE_enum('worker_network', 'private', list(backend_options.WORKER_NETWORKS),
+                  "cpp backend: 'private': the local TFF workers (--backend=cpp, --workers=N) "
+                  'run in a network namespace of their own, reached through a Unix socket '
+                  "only this user can open, so nothing listens on the network; 'open': TFF's "
+                  'worker_binary as it is, listening on every interface (its executor '
+                  'protocol is unauthenticated: anyone who reaches the port can run '
+                  'TensorFlow on this machine). Only for hosts that forbid unprivileged user '
+                  'namespaces.')
+
 flags.DEFINE_integer('concurrent_clients', None,
                      'inprocess backend: clients of a round trained at once per device, '
                      'each on its own copy of the client computation (default: one per '
@@ -87,6 +96,10 @@ def concurrent_clients():
   return FLAGS['concurrent_clients'].value
 
 
+def worker_network() -> str:
+  return FLAGS['worker_network'].value
+
+
 def compile_local_loop(default: bool = False) -> bool:
   """--compile_local_loop, or when not given the binary's `default` on the
   in-process backend (the only one it runs on: `check` refuses the flag
@@ -111,7 +124,8 @@ def values(default_compile: bool = False) -> dict:
   `effective_concurrent_clients`, the lanes it uses (the flag's default
   depends on the machine: its cores, a GPU)."""
   out = dict(backend=backend(), workers=workers(), concurrent_clients=concurrent_clients(),
-             compile_local_loop=compile_local_loop(default_compile))
+             compile_local_loop=compile_local_loop(default_compile),
+             worker_network=worker_network())
   if backend() == 'inprocess':
     from tff_algos.runtime import inprocess  # pylint: disable=g-import-not-at-top
     out['effective_concurrent_clients'] = inprocess.effective_concurrent_clients(
@@ -127,7 +141,8 @@ def managed_context(default_compile: bool = False):
   from tff_algos import runtime  # pylint: disable=g-import-not-at-top
   from tff_algos.core import local_training  # pylint: disable=g-import-not-at-top
   with runtime.managed_context(backend=backend(), workers=workers(),
-                               concurrent_clients=concurrent_clients()) as context, \
+                               concurrent_clients=concurrent_clients(),
+                               worker_network=worker_network()) as context, \
        local_training.compiled_loops(compile_local_loop(default_compile)):
     yield context
 
@@ -184,7 +199,8 @@ def _init_worker(options: dict) -> None:
     sys.stdout.reconfigure(line_buffering=True, write_through=False)
   common.quiet_logs()
   runtime.install(backend=options['backend'], workers=options['workers'],
-                  concurrent_clients=options['concurrent_clients'])
+                  concurrent_clients=options['concurrent_clients'],
+                  worker_network=options.get('worker_network', 'private'))
   atexit.register(runtime.shutdown)
   if options.get('compile_local_loop'):  # for the whole process: its builds
     from tff_algos.core import local_training  # pylint: disable=g-import-not-at-top

@@ -9,6 +9,9 @@ from __future__ import annotations
 from typing import Optional, Sequence, Union
 
 BACKENDS = ('cpp', 'inprocess')
+# Where local TFF workers listen: 'private' (a network namespace of their own,
+# reached through a Unix socket) or 'open' (every interface, as TFF starts them).
+WORKER_NETWORKS = ('private', 'open')
 Workers = Union[None, int, str, Sequence[str]]
 
 
@@ -68,3 +71,9 @@ def check_concurrent_clients(concurrent_clients) -> None:
       or concurrent_clients < 1):
     raise ValueError(f'--concurrent_clients must be a positive integer, got '
                      f'{concurrent_clients!r}')
+
+
+def check_worker_network(network: str) -> None:
+  if network not in WORKER_NETWORKS:
+    raise ValueError(f'--worker_network must be one of {", ".join(WORKER_NETWORKS)}, '
+                     f'got {network!r}')

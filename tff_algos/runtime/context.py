@@ -36,6 +36,10 @@ Backends (`install(backend=..., workers=...)`, flags --backend / --workers):
 * 'inprocess': no worker; computations run in this process's TensorFlow, on its
   GPUs when it sees any, `concurrent_clients` clients at a time per device
   (`tff_algos/runtime/inprocess/`).
+
+The local workers we start run in a network namespace of their own, reached
+through a Unix socket (`Worker`, `sandbox`): worker_binary listens on every
+interface, and its executor protocol has no authentication.
 """
 
 from __future__ import annotations
@@ -43,18 +47,14 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
-import ctypes
 import gc
 import os
 import signal
-import subprocess
 import sys
 import threading
-import time
 from typing import Callable, Optional
 
 import grpc
-import portpicker
 import tensorflow_federated as tff
 from tensorflow_federated.python.core.backends.native import compiler as native_compiler
 from tensorflow_federated.python.core.backends.native import mergeable_comp_compiler
@@ -69,73 +69,11 @@ from tensorflow_federated.python.core.impl.executors import remote_executor
 from tensorflow_federated.python.core.impl.executors import remote_executor_grpc_stub
 
 from tff_algos.errors import UserError
-from tff_algos.runtime.backend_options import Workers, check_backend, parse_workers
-
-WORKER_BINARY = os.path.join(os.path.dirname(tff.__file__), 'data', 'worker_binary')
-
-_GRPC_OPTIONS = [
-    ('grpc.max_message_length', 2_000_000_000),
-    ('grpc.max_receive_message_length', 2_000_000_000),
-    ('grpc.max_send_message_length', 2_000_000_000),
-]
-_PR_SET_PDEATHSIG = 1
-try:  # resolved here: no dlopen in the forked child of a threaded process
-  _prctl = ctypes.CDLL(None, use_errno=True).prctl
-except (OSError, AttributeError):
-  _prctl = None
-
-
-def _die_with_parent(parent_pid: int):
-  def preexec():  # runs in the child between fork and exec
-    if _prctl is not None:
-      _prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
-    if os.getppid() != parent_pid:  # the parent died before prctl took effect
-      os._exit(1)
-  return preexec
-
-
-class Worker:
-  """One local `worker_binary` process serving TFF's executor protocol."""
-
-  def __init__(self, max_concurrent_computation_calls: int = -1,
-               port: Optional[int] = None, startup_timeout_s: float = 60.0):
-    if not os.path.isfile(WORKER_BINARY):
-      raise RuntimeError(f'TFF worker binary not found at {WORKER_BINARY}')
-    self.port = port or portpicker.pick_unused_port()
-    self.process = subprocess.Popen(
-        [WORKER_BINARY, f'--port={self.port}',
-         f'--max_concurrent_computation_calls={max_concurrent_computation_calls}'],
-        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-        # Own session: a terminal's Ctrl-C reaches us, not the worker mid-round;
-        # we then stop the worker ourselves.
-        start_new_session=True,
-        preexec_fn=(_die_with_parent(os.getpid())
-                    if sys.platform.startswith('linux') else None))
-    self.address = f'localhost:{self.port}'
-    stub = remote_executor_grpc_stub.RemoteExecutorGrpcStub(
-        grpc.insecure_channel(self.address, _GRPC_OPTIONS))
-    deadline = time.monotonic() + startup_timeout_s
-    while not stub.is_ready:
-      if self.process.poll() is not None:
-        raise RuntimeError(f'TFF worker exited with {self.process.returncode}')
-      if time.monotonic() > deadline:
-        self.stop()
-        raise RuntimeError(f'TFF worker on {self.address} did not start')
-      time.sleep(0.05)
-
-  @property
-  def pid(self) -> int:
-    return self.process.pid
-
-  def stop(self, timeout_s: float = 10.0):
-    if self.process.poll() is not None:
-      return
-    self.process.send_signal(signal.SIGINT)
-    try:
-      self.process.wait(timeout_s)
-    except subprocess.TimeoutExpired:
-      self.process.kill()
-      self.process.wait()
+from tff_algos.runtime.backend_options import (Workers, check_backend, check_worker_network,
+                                                parse_workers)
+# The context's workers and their errors (also said here: `context.Worker`).
+from tff_algos.runtime.workers import (GRPC_OPTIONS as _GRPC_OPTIONS, WORKER_BINARY, Worker,
+                                       WorkerNetworkUnavailable, WorkerUnreachable, wait_ready)
 
 
 class WorkerStopped(UserError, RuntimeError):
@@ -168,39 +106,6 @@ def _stack_factory(address: str, stopped: Callable[[], Optional[str]]):
 
   return python_executor_stacks.ResourceManagingExecutorFactory(
       executor_stack_fn=stack_fn)
-
-
-class WorkerUnreachable(UserError, RuntimeError):
-  """No worker answers at an address given by --workers (none started there,
-  a wrong host or port): the user starts one or fixes the address."""
-
-
-def wait_ready(address: str, timeout_s: float = 30.0):
-  """Fails clearly (`WorkerUnreachable`, one `error:` line in the binaries)
-  when a worker given by address does not answer within `timeout_s`.
-
-  The wait is kept long: such workers are started by hand or by a script
-  next to this run, and may still be starting. A note says that it waits
-  when the worker does not answer at once, so that the silence is explained.
-  """
-  channel = grpc.insecure_channel(address, _GRPC_OPTIONS)
-  ready = grpc.channel_ready_future(channel)
-  first = min(1.0, timeout_s)
-  try:
-    try:
-      ready.result(timeout=first)
-    except grpc.FutureTimeoutError:
-      if timeout_s <= first:
-        raise
-      print(f'note: waiting up to {timeout_s:g} s for the TFF worker at {address}',
-            file=sys.stderr, flush=True)
-      ready.result(timeout=timeout_s - first)
-  except grpc.FutureTimeoutError:
-    raise WorkerUnreachable(
-        f'no TFF worker answers at {address} within {timeout_s:g} s (start one with '
-        f'`python -m tff_algos.runtime.worker --port=PORT`, or fix --workers)') from None
-  finally:
-    channel.close()
 
 
 async def after_merge_in_client_order(comp, merge_result, arg_list, execution_contexts):
@@ -247,10 +152,12 @@ class ManagedContext:
 
   def __init__(self, max_concurrent_computation_calls: int = -1,
                backend: str = 'cpp', workers: Workers = None,
-               concurrent_clients: Optional[int] = None):
+               concurrent_clients: Optional[int] = None, worker_network: str = 'private'):
     check_backend(backend, workers, concurrent_clients)
+    check_worker_network(worker_network)
     workers = parse_workers(workers)
     self.backend, self.requested_workers = backend, workers
+    self.worker_network = worker_network
     self.concurrent_clients = concurrent_clients
     self.workers: list[Worker] = []
     self.addresses: list[str] = []
@@ -262,7 +169,8 @@ class ManagedContext:
     try:
       if workers is None or isinstance(workers, int):
         for _ in range(workers or 1):
-          self.workers.append(Worker(max_concurrent_computation_calls))
+          self.workers.append(Worker(max_concurrent_computation_calls,
+                                     network=worker_network))
         self.addresses = [w.address for w in self.workers]
       else:
         self.addresses = list(workers)
@@ -397,18 +305,23 @@ atexit.register(_at_exit)
 
 
 def install(max_concurrent_computation_calls: int = -1, backend: str = 'cpp',
-            workers: Workers = None,
-            concurrent_clients: Optional[int] = None) -> ManagedContext:
-  """Makes a managed context TFF's default; idempotent (the running one is kept)."""
+            workers: Workers = None, concurrent_clients: Optional[int] = None,
+            worker_network: str = 'private') -> ManagedContext:
+  """Makes a managed context TFF's default; idempotent (the running one is kept).
+
+  `worker_network`: 'private' (local workers unreachable from other hosts, see
+  `Worker`) or 'open' (TFF's worker_binary listening on every interface).
+  """
   global _active, _interrupted
   with _lock:
     if _active is None:
       _interrupted = None
       _active = ManagedContext(max_concurrent_computation_calls, backend, workers,
-                               concurrent_clients)
+                               concurrent_clients, worker_network)
       context_stack_impl.context_stack.set_default_context(_active.context)
-    elif (_active.backend, _active.requested_workers, _active.concurrent_clients) != (
-        backend, parse_workers(workers), concurrent_clients):
+    elif (_active.backend, _active.requested_workers, _active.concurrent_clients,
+          _active.worker_network) != (backend, parse_workers(workers), concurrent_clients,
+                                      worker_network):
       raise RuntimeError(f'a {_active.backend!r} context is installed already; '
                          'shutdown() it before installing another backend')
     ctx = _active
@@ -436,8 +349,10 @@ def shutdown():
 
 @contextlib.contextmanager
 def managed_context(max_concurrent_computation_calls: int = -1, backend: str = 'cpp',
-                    workers: Workers = None, concurrent_clients: Optional[int] = None):
-  ctx = install(max_concurrent_computation_calls, backend, workers, concurrent_clients)
+                    workers: Workers = None, concurrent_clients: Optional[int] = None,
+                    worker_network: str = 'private'):
+  ctx = install(max_concurrent_computation_calls, backend, workers, concurrent_clients,
+                worker_network)
   try:
     yield ctx
   finally:

@@ -326,8 +326,7 @@ def _run_one(task, args: trainer_flags.TrainerArgs, out_dir: str, label: str, pa
                                        'setting': label, 'participation': part},
                         identity=trainer_flags.run_identity(args))
   rows = report.read_metrics(os.path.join(out_dir, 'metrics.csv'))
-  with open(os.path.join(out_dir, 'summary.json')) as f:
-    return rows, json.load(f)['model_bytes']
+  return rows, run_dir.read_summary(os.path.join(out_dir, 'summary.json'))['model_bytes']
 
 
 def _record(results, curves, rows, model_bytes, key: dict, targets):

@@ -240,20 +240,16 @@ def read_checked_metrics(out_dir: str) -> list[dict]:
 
 def read_final_eval(path: str) -> dict:
   """summary.json's final evaluation; `UserError` for a file that is not the
-  trainer's (damaged), which the run's command rebuilds."""
-  import json  # pylint: disable=g-import-not-at-top
+  trainer's (damaged: changed bytes too, by its checksum), which the run's
+  command rebuilds."""
   from tff_algos.errors import UserError  # pylint: disable=g-import-not-at-top
-  try:
-    with open(path, 'rb') as f:
-      summary = json.loads(f.read().decode())
-    final = summary.get('final_eval') or {}
-    if not isinstance(final, dict) or not all(
-        isinstance(v, (int, float)) for v in final.values()):
-      raise ValueError('final_eval is not a table of numbers')
-  except (OSError, ValueError, AttributeError) as e:
-    raise UserError(f'{path} is unreadable ({type(e).__name__}); rerun the run\'s '
-                    'experiments.train command to rebuild it (it is rebuilt exactly '
-                    'from the checkpoint)') from None
+  from tff_algos.training import run_dir  # pylint: disable=g-import-not-at-top
+  final = run_dir.read_summary(path).get('final_eval') or {}
+  if not isinstance(final, dict) or not all(
+      isinstance(v, (int, float)) for v in final.values()):
+    raise UserError(f'{path} is unreadable (final_eval is not a table of numbers); rerun the '
+                    "run's experiments.train command to rebuild it (it is rebuilt exactly "
+                    'from the checkpoint)')
   return final
 
 

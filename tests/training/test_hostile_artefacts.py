@@ -8,6 +8,7 @@ conftest.py): a FedDyn run (its disk store included) that died in round 5
 with checkpoints at rounds 2 and 4, and finished runs for `report`.
 """
 
+import json
 import os
 import shutil
 import subprocess
@@ -139,6 +140,29 @@ def test_the_report_binary_says_damage_in_one_line(ref, tmp_path, damage, text):
     (out / 'metrics.csv').write_bytes(
         (out / 'metrics.csv').read_bytes().replace(b'\n', b'\n\xff', 1))
   faults.one_error_line(report_binary(out), text)
+
+
+def test_a_changed_digit_in_summary_json_is_refused_not_reported(ref, tmp_path):
+  """Parseable but changed: its checksum says so (a report would have shown the
+  changed accuracy as the run's); the run's command rebuilds it exactly."""
+  from experiments import report
+  out = copy_of(ref, tmp_path, which='full')
+  text = (out / 'summary.json').read_text()
+  assert report.read_final_eval(str(out / 'summary.json'))  # sound as written
+  final = run_dir.read_summary(str(out / 'summary.json'))['final_eval']
+  key = next(k for k, v in final.items() if isinstance(v, float))
+  digits = repr(final[key])
+  changed = digits[:-1] + ('1' if digits[-1] != '1' else '2')
+  assert text.count(digits) >= 1
+  (out / 'summary.json').write_text(text.replace(digits, changed))
+  with pytest.raises(UserError, match=r'summary.json is unreadable \(checksum mismatch\); '
+                                      'rerun'):
+    report.read_final_eval(str(out / 'summary.json'))
+  faults.one_error_line(report_binary(out), 'summary.json is unreadable (checksum mismatch)')
+  legacy = json.loads(text)
+  del legacy['crc']  # a summary written before it had one is taken as it is
+  (out / 'summary.json').write_text(json.dumps(legacy))
+  assert run_dir.read_summary(str(out / 'summary.json')) == legacy
 
 
 # -- 4. random bytes in every artefact a run reads ------------------------------

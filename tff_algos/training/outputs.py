@@ -387,7 +387,7 @@ class RunOutputs:
       return
     def write_json(tmp):
       with open(tmp, 'w') as f:
-        json.dump(summary, f, indent=2, default=str)
+        json.dump(run_dir.sealed_summary(summary), f, indent=2)
     disk.write_atomically(os.path.join(self.out_dir, 'summary.json'), write_json)
     def write_weights(tmp):
       with open(tmp, 'wb') as f:  # a file: np.savez adds .npz to a name without it

@@ -22,12 +22,11 @@ after each round and the models one client receives per round.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import os
 from typing import Optional, Sequence
 
-from tff_algos.training.run_dir import read_metrics
+from tff_algos.training.run_dir import read_metrics, read_summary
 
 ACCURACY = 'eval/sparse_categorical_accuracy'
 
@@ -101,8 +100,7 @@ def models_to_target(rows: Sequence[dict], target: float, model_bytes: float,
 def run_models_to_target(run_dir: str, target: float, metric: str = ACCURACY,
                          higher_is_better: Optional[bool] = None) -> TargetResult:
   """`models_to_target` of a run directory (metrics.csv + summary.json)."""
-  with open(os.path.join(run_dir, 'summary.json')) as f:
-    summary = json.load(f)
+  summary = read_summary(os.path.join(run_dir, 'summary.json'))
   rows = read_metrics(os.path.join(run_dir, 'metrics.csv'))
   return models_to_target(rows, target, summary['model_bytes'],
                           summary['clients_per_round'], metric, higher_is_better)

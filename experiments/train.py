@@ -59,6 +59,7 @@ def _list(what: str) -> int:
 def main(argv):
   del argv  # `common.run` refuses positional arguments
   args = trainer_flags.TrainerArgs.from_flags()
+  created = common.dirs_to_create(args.root_output_dir)
   if not (FLAGS.list_tasks or FLAGS.list_algorithms):
     # An unusable --root_output_dir (a file, /proc/x) is refused before
     # TensorFlow and the data load; the run's own directory, whose name may
@@ -72,7 +73,11 @@ def main(argv):
   from tff_algos import training  # pylint: disable=g-import-not-at-top
   from tff_algos.flags import algorithm_flags  # pylint: disable=g-import-not-at-top
   from tff_algos.training import run_dir  # pylint: disable=g-import-not-at-top
-  task = get_task(args.task, options)  # data errors surface before any worker starts
+  try:
+    task = get_task(args.task, options)  # data errors surface before any worker starts
+  except BaseException:
+    common.remove_empty(created)  # a refused data set leaves no empty root behind
+    raise
   args = fit_cohort_to(args, len(task.client_ids), task.name)
   out_dir = trainer_flags.output_dir(args)
   if not args.experiment_name:  # a run of other settings may share the default name

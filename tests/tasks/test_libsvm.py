@@ -217,6 +217,7 @@ def test_train_binary_refuses_a_nan_file_in_one_line(tmp_path):
   assert line == (f"error: {path}:3: feature value 'nan' is not a finite number; "
                   'fix or remove the line')
   assert res.stderr.strip().splitlines() == [line]
+  assert not (tmp_path / 'runs').exists()  # the refused run left no empty root behind
 
 
 def test_missing_file_is_a_task_error_with_the_fix(tmp_path):

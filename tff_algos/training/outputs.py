@@ -52,6 +52,16 @@ _read_events = tensorboard_events.read_events  # experiments.benchmark reads eve
 FLUSH_SECONDS = 5.0
 
 
+
+def write_npz(path: str, arrays) -> None:
+  """`np.savez` of `arrays` to the file `path` (no .npz added), through memory:
+  a full disk then fails one plain write, where np.savez's own ZipFile, left
+  open by the failure, printed a traceback when it was collected."""
+  buffer = io.BytesIO()
+  np.savez(buffer, *arrays)
+  with open(path, 'wb') as f:
+    f.write(buffer.getbuffer())
+
 class MetricsCSV:
   """Append-only per-round CSV keyed by 'round', truncated once on resume.
 
@@ -144,7 +154,7 @@ class StateManager(tff.program.FileProgramStateManager):
     try:
       with disk.writing(os.path.join(path, STATE_FILE)):
         os.makedirs(temp)
-        np.savez(os.path.join(temp, STATE_FILE), *leaves)
+        write_npz(os.path.join(temp, STATE_FILE), leaves)
         self._save_entry(temp, version, entry)
     except BaseException:  # a full disk: the space goes back
       shutil.rmtree(temp, ignore_errors=True)
@@ -390,8 +400,7 @@ class RunOutputs:
         json.dump(run_dir.sealed_summary(summary), f, indent=2)
     disk.write_atomically(os.path.join(self.out_dir, 'summary.json'), write_json)
     def write_weights(tmp):
-      with open(tmp, 'wb') as f:  # a file: np.savez adds .npz to a name without it
-        np.savez(f, *[np.asarray(w) for w in weights.trainable])
+      write_npz(tmp, [np.asarray(w) for w in weights.trainable])
     disk.write_atomically(os.path.join(self.out_dir, 'final_weights.npz'), write_weights)
 
 

@@ -151,8 +151,9 @@ def uninterrupted(tmp_path_factory):
 
 # Killed on the C++ worker (which must die with the run) or in-process; resumed
 # on the default (in-process) backend: runs resume across backends.
-@pytest.mark.parametrize('sig,backend', [(signal.SIGTERM, 'cpp'), (signal.SIGINT, 'cpp'),
-                                         (signal.SIGTERM, 'inprocess')])
+@pytest.mark.parametrize('sig,backend', [
+    pytest.param(signal.SIGTERM, 'cpp', marks=pytest.mark.slow), (signal.SIGINT, 'cpp'),
+    (signal.SIGTERM, 'inprocess')])
 def test_killed_run_leaves_no_worker_and_resumes_to_the_same_model(
     tmp_path, sig, backend, uninterrupted):
   rounds = ROUNDS

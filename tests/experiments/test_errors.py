@@ -141,12 +141,16 @@ def test_bad_trainer_flags_are_one_error_line(tmp_path, flag, fragment):
   assert_one_error_line(res, fragment)
 
 
-# Every binary that writes files, its output flag and the least it needs to start.
+# Every binary that writes files, its output flag and the least it needs to start
+# (the paper binaries, which check it as the trainer does, under -m slow).
+_SLOW = pytest.mark.slow
 OUTPUT_FLAGS = [
     ('train', 'root_output_dir', []), ('grid', 'root_output_dir', ['--grid=seed=0,1']),
-    ('feddyn', 'root_output_dir', []), ('fedgbo', 'root_output_dir', []),
-    ('quadratic_toy', 'output_dir', []), ('nastya', 'output_dir', []),
-    ('table6', 'output_dir', []), ('local_update_decay', 'root_output_dir', []),
+    pytest.param('feddyn', 'root_output_dir', [], marks=_SLOW),
+    pytest.param('fedgbo', 'root_output_dir', [], marks=_SLOW),
+    ('quadratic_toy', 'output_dir', []), pytest.param('nastya', 'output_dir', [], marks=_SLOW),
+    pytest.param('table6', 'output_dir', [], marks=_SLOW),
+    pytest.param('local_update_decay', 'root_output_dir', [], marks=_SLOW),
     ('reproduce', 'root_output_dir', ['--experiment=nastya_mushrooms_fig2']),
     ('reproduce', 'root_output_dir', ['--report'])]
 

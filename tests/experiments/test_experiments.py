@@ -52,7 +52,8 @@ def test_local_update_decay_figure_pipeline(tmp_path):
   assert os.path.exists(tmp_path / 'fig8' / 'emnist_character.png')
 
 
-def test_benchmark_model_timings_for_gpu_vs_cpu_and_flag_errors():
+@pytest.mark.slow
+def test_benchmark_model_timings_for_gpu_vs_cpu():
   out, js = run_module('experiments.benchmark', '--quick', '--models_only',
                        '--models=emnist_cnn', progress_flag=False)
   assert 'overhead_vs_pure_tf' not in js and js['devices']  # (a)-(f) skipped
@@ -60,6 +61,9 @@ def test_benchmark_model_timings_for_gpu_vs_cpu_and_flag_errors():
   assert m['rounds_per_second'] == pytest.approx(1 / m['seconds_per_round'])
   assert 0.5 < m['overhead_vs_pure_tf'] < 5 and m['pure_tf_floor_seconds'] > 0
   assert 'emnist_cnn: our FedAvg' in out  # printed as measured
+
+
+def test_benchmark_flag_errors():
   for flags, message in ((['--models=resnet50'], 'unknown resnet50'),
                          (['--models_only'], '--models_only needs --models')):
     res = subprocess.run([sys.executable, '-m', 'experiments.benchmark', *flags], cwd=ROOT,

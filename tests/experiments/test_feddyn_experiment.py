@@ -172,6 +172,7 @@ def test_note_missing_target_metric_names_the_runs_and_their_metrics(capsys):
   assert "'eval/acc' (--target_metric)" in err[0] and ', '.join(have) in err[0]
 
 
+@pytest.mark.slow  # the note's text: test_note_missing_target_metric_names_the_runs_...
 def test_a_target_metric_that_no_run_has_is_noted(tmp_path):
   """--target_metric=eval/acc (misspelt) made every cell 'N+' with no word of why."""
   res = _run(*SMALL, '--target_metric=eval/acc', '--targets=0.5',

@@ -262,6 +262,7 @@ print('ok')
   assert res.returncode == 0 and res.stdout.split() == ['ok'], res.stderr[-3000:]
 
 
+@pytest.mark.slow  # grid's binary says the same note in the default suite
 def test_a_select_metric_the_runs_lack_is_noted(tmp_path):
   """--select_metric=eval/acc (misspelt) quietly tabulated another column."""
   res = run_fedgbo(*SMALL, '--select_metric=eval/acc', f'--root_output_dir={tmp_path}',

@@ -131,6 +131,7 @@ if __name__ == '__main__':
 """
 
 
+@pytest.mark.slow  # --jobs itself: test_a_grid_in_worker_processes_trains_the_models_...
 def test_worker_processes_write_whole_lines(tmp_path):
   """Workers share the parent's stdout (a pipe here): each line reaches it
   whole, never split by another worker's (a CI run once lost a grid's

@@ -166,11 +166,10 @@ def test_a_grid_refusal_names_the_grids_own_flags(tmp_path):
   """A grid's run directory holding other settings was refused with 'choose
   another --experiment_name', a flag the grid does not read for its runs; a
   --jobs worker (here) says the same as the grid's own process."""
-  argv = ['--model=logistic', *_TINY, '--grid=seed=0,1', f'--root_output_dir={tmp_path}',
-          '--jobs=2']
-  res = _run('experiments.grid', *argv)
+  argv = ['--model=logistic', *_TINY, '--grid=seed=0,1', f'--root_output_dir={tmp_path}']
+  res = _run('experiments.grid', *argv)  # the runs, in this process
   assert res.returncode == 0, res.stderr[-3000:]
-  res = _run('experiments.grid', *argv, '--client_learning_rate=0.05')
+  res = _run('experiments.grid', *argv, '--jobs=2', '--client_learning_rate=0.05')
   assert res.returncode == 2, res.stderr[-3000:]
   line = res.stderr.strip().splitlines()[-1]
   assert ('holds a different run (differs in: client_learning_rate (the default there, '

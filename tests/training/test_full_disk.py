@@ -24,20 +24,23 @@ from tff_algos.errors import UserError
 NO_SPACE = (r'^no space left on device writing (?P<path>\S+); free space and rerun the '
             r'same command(?: to (?:resume from round (?P<round>\d+)|start it again))?$')
 
-# (algorithm, the file whose write fills the disk, which write to it).
+# (algorithm, the file whose write fills the disk, which write to it); the
+# default suite fills it at the start, in the rows, in a checkpoint and in the
+# client store, -m slow at every other write point.
+_SLOW = pytest.mark.slow
 WRITE_POINTS = [
     ('fedavg', None, 1),                    # full from the start
-    ('fedavg', 'run_identity.json', 1),
+    pytest.param('fedavg', 'run_identity.json', 1, marks=_SLOW),
     ('fedavg', 'metrics.csv', 3),           # mid-run: the header grows at round 4
-    ('fedavg', 'events.out.tfevents', 3),   # TensorBoard
+    pytest.param('fedavg', 'events.out.tfevents', 3, marks=_SLOW),  # TensorBoard
     ('fedavg', 'state.npz', 2),             # the second checkpoint
-    ('fedavg', 'run.json', 3),
-    ('fedavg', 'checkpoints.json', 2),      # the manifest
-    ('fedavg', 'summary.json', 1),          # after the last checkpoint
-    ('fedavg', 'final_weights.npz', 1),
+    pytest.param('fedavg', 'run.json', 3, marks=_SLOW),
+    pytest.param('fedavg', 'checkpoints.json', 2, marks=_SLOW),  # the manifest
+    pytest.param('fedavg', 'summary.json', 1, marks=_SLOW),  # after the last checkpoint
+    pytest.param('fedavg', 'final_weights.npz', 1, marks=_SLOW),
     ('feddyn', 'rows.f32', 8),              # the store's rows, round 2
-    ('feddyn', 'undo_', 2),                 # its undo log
-    ('feddyn', 'sums_', 3),                 # its checkpoint
+    pytest.param('feddyn', 'undo_', 2, marks=_SLOW),  # its undo log
+    pytest.param('feddyn', 'sums_', 3, marks=_SLOW),  # its checkpoint
 ]
 
 

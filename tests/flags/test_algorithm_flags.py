@@ -39,9 +39,10 @@ def test_grids_learn_which_of_their_algorithms_ignore_a_flag():
 
 
 @pytest.mark.parametrize('flag,value,users', [
-    ('clip_norm', 10.0, {'feddyn', 'scaffold', 'fedavg', 'fedprox', 'fedmax'}),
+    ('clip_norm', 10.0, {'feddyn', 'scaffold', 'fedavg', 'fedprox', 'fedmax', 'fedsplit'}),
     ('prox_mu', 0.1, {'fedprox'}),
     ('feddyn_alpha', 0.1, {'feddyn'}),
+    ('fedsplit_step_size', 0.5, {'fedsplit'}),
     ('fedmax_beta', 0.5, {'fedmax'}),
     ('server_adaptive_lr', True, {'nastya'}),
 ])
@@ -72,7 +73,9 @@ def test_which_algorithms_read_a_flag_is_derived_from_their_configs():
   expected = {
       'feddyn_alpha': {'feddyn'}, 'feddyn_adaptive_alpha': {'feddyn'},
       'feddyn_weight_decay_form': {'feddyn'}, 'report_device_average': device_models,
-      'client_weight_decay': device_models | {'fedmax'}, 'clip_norm': device_models | {'fedmax'},
+      'client_weight_decay': device_models | {'fedmax', 'fedsplit'},
+      'clip_norm': device_models | {'fedmax', 'fedsplit'},
+      'fedsplit_step_size': {'fedsplit'}, 'fedsplit_server_average': {'fedsplit'},
       'prox_mu': {'fedprox'}, 'scaffold_reference_conventions': {'scaffold'},
       'fedmax_beta': {'fedmax'}, 'fedmax_reference_kl': {'fedmax'},
       'gbo_reference_conventions': {'fedgbo', 'mfl', 'mimelite', 'mimexlite'},
@@ -113,6 +116,7 @@ print('tensorflow' in sys.modules, 'tensorflow_federated' in sys.modules)
     ('--algorithm=mfl --client_optimizer=yogi', 'MFL averages client optimiser state'),
     ('--algorithm=kmaml --client_optimizer=adam', 'kmaml does not use --client_optimizer'),
     ('--algorithm=fednova --server_optimizer=adam', 'fednova does not use --server_optimizer'),
+    ('--algorithm=fedsplit --server_learning_rate=0.5', 'fedsplit has no server step'),
     # Flags that would be dropped without a word.
     ('--algorithm=reptile --theta=1,2', '--theta is not used by reptile (only by '
                                          'local_update, local_update_decay)'),

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 # The algorithm packages, each declaring its algorithms (`ALGORITHMS` in its
 # __init__.py); registry order is this order.
 PACKAGES = ('fedopt', 'local_update', 'nastya', 'feddyn', 'scaffold', 'fedprox', 'fednova',
-            'fedexp', 'fedmax', 'fedgbo', 'mfl', 'mime')
+            'fedexp', 'fedsplit', 'fedmax', 'fedgbo', 'mfl', 'mime')
 
 ALGORITHMS: dict[str, Algorithm] = {
     a.name: a for package in PACKAGES

@@ -50,7 +50,7 @@ from experiments.lib import flags as trainer_flags
 from experiments.lib import runtime_flags
 from tff_algos.algorithms import registry
 from tff_algos.flags import algorithm_flags
-from tff_algos.training import run_dir
+from tff_algos.training import run_dir, summary_file
 
 flags.adopt_module_key_flags(trainer_flags)  # --help lists the flags of both
 flags.adopt_module_key_flags(runtime_flags)
@@ -326,7 +326,7 @@ def _run_one(task, args: trainer_flags.TrainerArgs, out_dir: str, label: str, pa
                                        'setting': label, 'participation': part},
                         identity=trainer_flags.run_identity(args))
   rows = report.read_metrics(os.path.join(out_dir, 'metrics.csv'))
-  return rows, run_dir.read_summary(os.path.join(out_dir, 'summary.json'))['model_bytes']
+  return rows, summary_file.read(os.path.join(out_dir, 'summary.json'))['model_bytes']
 
 
 def _record(results, curves, rows, model_bytes, key: dict, targets):

@@ -243,8 +243,8 @@ def read_final_eval(path: str) -> dict:
   trainer's (damaged: changed bytes too, by its checksum), which the run's
   command rebuilds."""
   from tff_algos.errors import UserError  # pylint: disable=g-import-not-at-top
-  from tff_algos.training import run_dir  # pylint: disable=g-import-not-at-top
-  final = run_dir.read_summary(path).get('final_eval') or {}
+  from tff_algos.training import summary_file  # pylint: disable=g-import-not-at-top
+  final = summary_file.read(path).get('final_eval') or {}
   if not isinstance(final, dict) or not all(
       isinstance(v, (int, float)) for v in final.values()):
     raise UserError(f'{path} is unreadable (final_eval is not a table of numbers); rerun the '

@@ -22,7 +22,7 @@ from paths import ROOT
 from reference_runs import reference_runs  # noqa: F401  (a fixture)
 import test_faults as faults
 from tff_algos.errors import UserError
-from tff_algos.training import outputs as run_outputs, run_dir
+from tff_algos.training import outputs as run_outputs, run_dir, summary_file
 
 NAME = 'feddyn'
 
@@ -149,7 +149,7 @@ def test_a_changed_digit_in_summary_json_is_refused_not_reported(ref, tmp_path):
   out = copy_of(ref, tmp_path, which='full')
   text = (out / 'summary.json').read_text()
   assert report.read_final_eval(str(out / 'summary.json'))  # sound as written
-  final = run_dir.read_summary(str(out / 'summary.json'))['final_eval']
+  final = summary_file.read(str(out / 'summary.json'))['final_eval']
   key = next(k for k, v in final.items() if isinstance(v, float))
   digits = repr(final[key])
   changed = digits[:-1] + ('1' if digits[-1] != '1' else '2')
@@ -162,7 +162,7 @@ def test_a_changed_digit_in_summary_json_is_refused_not_reported(ref, tmp_path):
   legacy = json.loads(text)
   del legacy['crc']  # a summary written before it had one is taken as it is
   (out / 'summary.json').write_text(json.dumps(legacy))
-  assert run_dir.read_summary(str(out / 'summary.json')) == legacy
+  assert summary_file.read(str(out / 'summary.json')) == legacy
 
 
 # -- 4. random bytes in every artefact a run reads ------------------------------

@@ -42,6 +42,7 @@ from tff_algos.training import client_state
 from tff_algos.training import crash_points
 from tff_algos.training import disk
 from tff_algos.training import run_dir
+from tff_algos.training import summary_file
 from tff_algos.training import tensorboard_events
 from tff_algos.training.tensorboard_events import ScalarEvents  # pylint: disable=unused-import
 
@@ -397,7 +398,7 @@ class RunOutputs:
       return
     def write_json(tmp):
       with open(tmp, 'w') as f:
-        json.dump(run_dir.sealed_summary(summary), f, indent=2)
+        json.dump(summary_file.sealed(summary), f, indent=2)
     disk.write_atomically(os.path.join(self.out_dir, 'summary.json'), write_json)
     def write_weights(tmp):
       write_npz(tmp, [np.asarray(w) for w in weights.trainable])

@@ -365,37 +365,6 @@ def signals_deferred() -> Iterator[None]:
       deliver(*pending[0])
 
 
-def _summary_crc(summary: dict[str, Any]) -> int:
-  body = {k: v for k, v in summary.items() if k != 'crc'}
-  return zlib.crc32(json.dumps(body, sort_keys=True).encode())
-
-
-def sealed_summary(summary: dict[str, Any]) -> dict[str, Any]:
-  """`summary` as summary.json holds it: JSON values (others as their str())
-  and a 'crc' of them, so that `read_summary` refuses a changed byte instead
-  of reporting it."""
-  plain = json.loads(json.dumps(summary, default=str))  # what a reader loads
-  return dict(plain, crc=_summary_crc(plain))
-
-
-def read_summary(path: str) -> dict[str, Any]:
-  """A run's summary.json, checked against its 'crc' (one written without
-  one is taken as it is); `UserError` naming the fix for a damaged one (the
-  run's command rebuilds it exactly from the checkpoint)."""
-  try:
-    with open(path, 'rb') as f:
-      summary = json.loads(f.read().decode())
-    if not isinstance(summary, dict):
-      raise ValueError('not a JSON object')
-    if 'crc' in summary and summary['crc'] != _summary_crc(summary):
-      raise ValueError('checksum mismatch')
-  except (OSError, ValueError) as e:  # JSONDecodeError, UnicodeDecodeError
-    reason = str(e) if str(e) in ('not a JSON object', 'checksum mismatch') else type(e).__name__
-    raise UserError(f'{path} is unreadable ({reason}); rerun the run\'s experiments.train '
-                    'command to rebuild it (it is rebuilt exactly from the checkpoint)') from None
-  return summary
-
-
 def read_metrics(path: str) -> list[dict[str, Any]]:
   """Rows of a metrics.csv: numbers as floats, empty cells left out; a
   garbage line refused as `read_metrics_csv` refuses it (no TensorFlow:

@@ -26,7 +26,8 @@ import math
 import os
 from typing import Optional, Sequence
 
-from tff_algos.training.run_dir import read_metrics, read_summary
+from tff_algos.training import summary_file
+from tff_algos.training.run_dir import read_metrics
 
 ACCURACY = 'eval/sparse_categorical_accuracy'
 
@@ -100,7 +101,7 @@ def models_to_target(rows: Sequence[dict], target: float, model_bytes: float,
 def run_models_to_target(run_dir: str, target: float, metric: str = ACCURACY,
                          higher_is_better: Optional[bool] = None) -> TargetResult:
   """`models_to_target` of a run directory (metrics.csv + summary.json)."""
-  summary = read_summary(os.path.join(run_dir, 'summary.json'))
+  summary = summary_file.read(os.path.join(run_dir, 'summary.json'))
   rows = read_metrics(os.path.join(run_dir, 'metrics.csv'))
   return models_to_target(rows, target, summary['model_bytes'],
                           summary['clients_per_round'], metric, higher_is_better)

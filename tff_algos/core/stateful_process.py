@@ -78,6 +78,18 @@ class StatefulFns:
   set_weights: Optional[Callable[[Any, Any], Any]] = None
 
 
+def no_server_state(weights) -> collections.OrderedDict:
+  """`StatefulFns.server_init` of an algorithm whose server keeps only the model."""
+  del weights
+  return collections.OrderedDict()
+
+
+def broadcast_model(weights, algorithm_state):
+  """`StatefulFns.broadcast` of an algorithm that sends its clients only the model."""
+  del algorithm_state
+  return weights
+
+
 def with_trainable(weights, trainable) -> tff.learning.models.ModelWeights:
   """`weights` (a ModelWeights) with new trainable weights (for server updates)."""
   return tff.learning.models.ModelWeights(trainable=trainable,

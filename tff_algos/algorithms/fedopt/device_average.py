@@ -33,14 +33,6 @@ def stateful_fns(config: FedOptConfig, correction=None) -> stateful_process.Stat
                                           config.clip_norm)
   eta = config.server_learning_rate
 
-  def server_init(weights):
-    del weights
-    return collections.OrderedDict()
-
-  def broadcast(weights, algorithm_state):
-    del algorithm_state
-    return weights
-
   def client_update(model, x_t, hparams, dataset, participations, mean_examples):
     del mean_examples
     outcome = local_training.run_scheduled(
@@ -64,7 +56,8 @@ def stateful_fns(config: FedOptConfig, correction=None) -> stateful_process.Stat
     del weights
     return tf.constant(0.0)
 
-  return stateful_process.StatefulFns(server_init, broadcast, client_update,
+  return stateful_process.StatefulFns(stateful_process.no_server_state,
+                                      stateful_process.broadcast_model, client_update,
                                       server_update, initial_client_state)
 
 

@@ -37,7 +37,6 @@ left out and keeps z_i.
 
 from __future__ import annotations
 
-import collections
 from typing import Callable
 
 import tensorflow as tf
@@ -79,14 +78,6 @@ def stateful_fns(config: FedSplitConfig) -> stateful_process.StatefulFns:
   """FedSplit's server and client steps of the stateful round (see the module docstring)."""
   sgd = tff.learning.optimizers.build_sgdm(config.client_learning_rate)
 
-  def server_init(weights):
-    del weights
-    return collections.OrderedDict()
-
-  def broadcast(weights, algorithm_state):
-    del algorithm_state
-    return weights
-
   def client_update(model, server_weights, hparams, dataset, z_i, mean_examples):
     del mean_examples
     z_i, x_t = list(z_i), list(server_weights.trainable)
@@ -114,7 +105,8 @@ def stateful_fns(config: FedSplitConfig) -> stateful_process.StatefulFns:
   def initial_client_state(weights):
     return [tf.identity(w) for w in weights.trainable]     # z_i^0 = x_0
 
-  return stateful_process.StatefulFns(server_init, broadcast, client_update,
+  return stateful_process.StatefulFns(stateful_process.no_server_state,
+                                      stateful_process.broadcast_model, client_update,
                                       server_step, initial_client_state)
 
 

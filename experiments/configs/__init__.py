@@ -17,7 +17,8 @@ from typing import Sequence
 from experiments.configs.base import Binary, Experiment, Published, Run, TrainerRuns
 from tff_algos.errors import UserError
 
-PAPER_MODULES = ('paper000', 'paper001', 'paper002', 'paper003', 'paper004', 'reddi2020')
+PAPER_MODULES = ('paper000', 'paper001', 'paper002', 'paper003', 'paper003_figures', 'paper004',
+                 'reddi2020')
 
 __all__ = ['Binary', 'Experiment', 'ListFlagError', 'Published', 'Run', 'TrainerRuns',
            'all_experiments', 'get', 'number_list', 'similar_names']

@@ -45,8 +45,9 @@ and its model (Embedding 8, 2 x LSTM 100), from TFF's Shakespeare roles:
 `--partition=natural` (one device per role) or `iid` (all roles' samples
 dealt out at random), as LEAF's two splits.
 
-Not here: Fig. 1 (alpha sensitivity), Fig. 2 (FedSplit, not implemented),
-Figs. 4-13 (convergence curves of the tables' runs).
+Fig. 2 (FedDyn against FedSplit, App. A.4) is in `paper003_figures`. Not
+here: Fig. 1 (alpha sensitivity), Figs. 4-13 (convergence curves of the
+tables' runs).
 """
 
 from __future__ import annotations

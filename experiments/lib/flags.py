@@ -13,6 +13,7 @@ checks may load it.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import re
 import sys
@@ -307,8 +308,13 @@ def run_identity(args: Optional[TrainerArgs] = None) -> dict:
   """The flag values that define a run (a resume must repeat them).
 
   Only flags that differ from their defaults: a flag added in a later version
-  (at its default) does not make older runs unresumable.
+  (at its default) does not make older runs unresumable. And the algorithm's
+  own defaults that replace unset flags (`algorithm_defaults`: the LocalUpdate
+  family's eta = 0.1, FedGBO's K = 10), so that a version whose algorithm
+  defaults differ refuses the run instead of resuming it at other settings.
   """
   a = args_of(args)
-  return {n: v for n, v in a.values.items()
-          if n not in _RESUMABLE and v != FLAGS[n].default}
+  ident = {n: v for n, v in a.values.items()
+           if n not in _RESUMABLE and v != FLAGS[n].default}
+  ident['algorithm_defaults'] = json.loads(json.dumps(algorithm_defaults(a), default=str))
+  return ident

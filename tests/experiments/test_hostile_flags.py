@@ -42,3 +42,32 @@ def test_a_run_directory_that_is_a_file_is_refused_naming_it(tmp_path, binary, f
   assert 'root_output_dir' not in line
   assert (tmp_path / 'taken').read_text() == 'a file of the user\n'
   assert sorted(os.listdir(tmp_path)) == ['taken']
+
+
+SMALL = ['--task=digits', '--model=logistic', '--clients_per_round=3', '--local_steps=2',
+         '--client_batch_size=16', '--rounds_per_eval=0', '--noprogress']
+
+
+def test_a_run_started_under_other_algorithm_defaults_is_refused(tmp_path):
+  """A version whose LocalUpdate default eta was 1 resumed its runs at 0.1 without
+  a word: the run's identity records the algorithm's own defaults."""
+  import json
+  argv = ['--algorithm=local_update', *SMALL, '--total_rounds=1',
+          f'--root_output_dir={tmp_path}', '--experiment_name=run']
+  first = run_binary('train', *argv, cwd=tmp_path, timeout=300)
+  assert first.returncode == 0, first.stderr[-3000:]
+  path = tmp_path / 'run' / 'run_identity.json'
+  identity = json.loads(path.read_text())
+  assert identity['algorithm_defaults'] == {'server_learning_rate': 0.1}
+  identity['algorithm_defaults'] = {}  # a version whose default was the flag's, 1.0
+  path.write_text(json.dumps(identity))
+  res = run_binary('train', *argv[:-3], '--total_rounds=2', *argv[-2:], cwd=tmp_path,
+                   timeout=300)
+  assert_refused(res, 'holds a different run (differs in: algorithm_defaults.'
+                      'server_learning_rate (the default there, 0.1 here))',
+                 before_tensorflow=False)
+  del identity['algorithm_defaults']  # written before identities recorded them
+  path.write_text(json.dumps(identity))
+  res = run_binary('train', *argv[:-3], '--total_rounds=2', *argv[-2:], cwd=tmp_path,
+                   timeout=300)
+  assert res.returncode == 0 and 'resuming from round 1' in res.stdout, res.stderr[-3000:]

@@ -433,6 +433,10 @@ def _note_lost_rows(path: str, kept_rows, start_round: int) -> None:
                    'the checkpoint')
 
 
+# Identity entries that older run directories lack: compared where stored.
+COMPARED_WHEN_STORED = ('algorithm_defaults',)
+
+
 def _identity_diff(stored: dict[str, Any], ident: dict[str, Any], most: int = 4) -> str:
   """'key (old there, new here), ...' of the entries that differ ('' if none);
   a dict entry (the task's info, the traffic) by its differing keys, so that
@@ -446,6 +450,8 @@ def _identity_diff(stored: dict[str, Any], ident: dict[str, Any], most: int = 4)
 
   items = []
   for key in sorted(set(stored) | set(ident)):
+    if key in COMPARED_WHEN_STORED and key not in stored:
+      continue  # written by a version that did not record it
     old, new = stored.get(key, default), ident.get(key, default)
     if old == new:
       continue

@@ -162,6 +162,22 @@ def test_a_missing_algorithm_fails_the_table_check():
   assert 'fedexp' not in rows['local_steps']
 
 
+def test_reproducing_md_lists_every_experiment_as_reproduce_does():
+  """Its table is `reproduce --list --markdown`, and its counts are the configs'."""
+  from experiments import configs
+  from experiments.configs import base
+  from experiments.lib import reproduce_results
+  experiments = configs.all_experiments()
+  text = _text(os.path.join(ROOT, 'docs', 'reproducing.md'))
+  assert '\n'.join(reproduce_results.markdown_lines(experiments)) in text
+  assert f'There are {len(experiments)} experiments' in text
+  assert f'({len(experiments)} experiments)' in _text(os.path.join(ROOT, 'README.md'))
+  smoke = [e.runner.smoke_task for e in experiments.values()
+           if isinstance(e.runner, base.TrainerRuns)]
+  assert (f'`digits` for {smoke.count("digits")} experiments, `feddyn_digits` for\n  the '
+          f'{smoke.count("feddyn_digits")} paper-003 trainer experiments') in text
+
+
 def test_the_tutorial_runs(tmp_path):
   code = code_blocks(os.path.join(ROOT, 'docs', 'tutorial.md'))
   assert 'run_training' in code and 'build_fedavg' in code

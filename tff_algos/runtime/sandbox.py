@@ -41,6 +41,7 @@ import subprocess
 import sys
 import threading
 import time
+from typing import Callable
 
 UNAVAILABLE = 3  # the exit status when no private namespace can be made
 _CLONE_NEWUSER, _CLONE_NEWNET = 0x10000000, 0x40000000
@@ -147,6 +148,19 @@ def stop(process: subprocess.Popen, timeout_s: float = 10.0) -> None:
     process.stdout.close()
 
 
+def stop_requested_on_signals() -> Callable[[], bool]:
+  """Makes SIGINT and SIGTERM ask this process to stop; returns whether one did.
+
+  A flag, not a `threading.Event`: `Event.set()` in a handler deadlocked when
+  the signal landed while the main thread held the Event's lock inside
+  `wait()`, and the process then ignored every later signal.
+  """
+  requested = []
+  for sig in (signal.SIGINT, signal.SIGTERM):
+    signal.signal(sig, lambda *_: requested.append(True))
+  return lambda: bool(requested)
+
+
 def _pump(source: socket.socket, sink: socket.socket) -> None:
   buffer = memoryview(bytearray(_CHUNK))
   try:
@@ -217,15 +231,14 @@ def main(argv=None) -> int:
       [worker_binary(), f'--port={_INNER_PORT}',
        f'--max_concurrent_computation_calls={args.max_concurrent_computation_calls}'],
       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, preexec_fn=die_with_parent)
-  stop = threading.Event()
-  for sig in (signal.SIGINT, signal.SIGTERM):
-    signal.signal(sig, lambda *_: stop.set())
+  stopped = stop_requested_on_signals()
   try:
     if not _wait_until_serving(worker, args.startup_timeout_s):
       return worker.poll() or 1
     print(f'READY {worker.pid}', flush=True)
     threading.Thread(target=_serve, args=(listener,), daemon=True).start()
-    while not stop.wait(0.2):
+    while not stopped():
+      time.sleep(0.2)
       if worker.poll() is not None:
         return worker.returncode if worker.returncode >= 0 else 128 - worker.returncode
     return 0

@@ -23,9 +23,10 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
-import signal
 import sys
-import threading
+import time
+
+from tff_algos.runtime import sandbox
 
 
 def _is_loopback(host: str) -> bool:
@@ -59,9 +60,7 @@ def main(argv=None) -> int:
   quiet_tensorflow.install()
   from tff_algos.errors import UserError  # pylint: disable=g-import-not-at-top
   from tff_algos.runtime.context import Worker  # pylint: disable=g-import-not-at-top
-  stop = threading.Event()
-  for sig in (signal.SIGINT, signal.SIGTERM):
-    signal.signal(sig, lambda *_: stop.set())
+  stopped = sandbox.stop_requested_on_signals()
   try:
     worker = Worker(args.max_concurrent_computation_calls, port=args.port,
                     network=args.network, host=args.host, open_flag='--network=open')
@@ -77,7 +76,8 @@ def main(argv=None) -> int:
       print('warning: the TFF executor protocol is unauthenticated: anyone who reaches '
             f'port {args.port} can run TensorFlow here; prefer the default --host and an '
             'SSH tunnel', file=sys.stderr, flush=True)
-    while not stop.wait(0.5):
+    while not stopped():
+      time.sleep(0.5)
       if worker.process.poll() is not None:
         print(f'worker exited with {worker.process.returncode}', file=sys.stderr)
         return 1

@@ -242,14 +242,11 @@ def read_final_eval(path: str) -> dict:
   """summary.json's final evaluation; `UserError` for a file that is not the
   trainer's (damaged: changed bytes too, by its checksum), which the run's
   command rebuilds."""
-  from tff_algos.errors import UserError  # pylint: disable=g-import-not-at-top
   from tff_algos.training import summary_file  # pylint: disable=g-import-not-at-top
   final = summary_file.read(path).get('final_eval') or {}
   if not isinstance(final, dict) or not all(
       isinstance(v, (int, float)) for v in final.values()):
-    raise UserError(f'{path} is unreadable (final_eval is not a table of numbers); rerun the '
-                    "run's experiments.train command to rebuild it (it is rebuilt exactly "
-                    'from the checkpoint)')
+    raise summary_file.unreadable(path, 'final_eval is not a table of numbers')
   return final
 
 

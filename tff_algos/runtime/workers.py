@@ -20,14 +20,13 @@ from typing import Optional
 
 import grpc
 import portpicker
-import tensorflow_federated as tff
 from tensorflow_federated.python.core.impl.executors import remote_executor_grpc_stub
 
 from tff_algos.errors import UserError
 from tff_algos.runtime import sandbox
 from tff_algos.runtime.backend_options import check_worker_network
 
-WORKER_BINARY = os.path.join(os.path.dirname(tff.__file__), 'data', 'worker_binary')
+WORKER_BINARY = sandbox.worker_binary()
 
 GRPC_OPTIONS = [
     ('grpc.max_message_length', 2_000_000_000),

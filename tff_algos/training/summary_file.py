@@ -37,6 +37,11 @@ def read(path: str) -> dict[str, Any]:
       raise ValueError('checksum mismatch')
   except (OSError, ValueError) as e:  # JSONDecodeError, UnicodeDecodeError
     reason = str(e) if str(e) in ('not a JSON object', 'checksum mismatch') else type(e).__name__
-    raise UserError(f'{path} is unreadable ({reason}); rerun the run\'s experiments.train '
-                    'command to rebuild it (it is rebuilt exactly from the checkpoint)') from None
+    raise unreadable(path, reason) from None
   return summary
+
+
+def unreadable(path: str, reason: str) -> UserError:
+  """The refusal of a damaged summary.json, with its fix."""
+  return UserError(f'{path} is unreadable ({reason}); rerun the run\'s experiments.train '
+                   'command to rebuild it (it is rebuilt exactly from the checkpoint)')
